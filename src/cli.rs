@@ -1,0 +1,305 @@
+//! The command line: `serve`, and the small clients `decode` (offline), `next` and `batch`.
+//!
+//! Every flag of `serve` can also be set through `SNOWMINT_<FLAG>` in the environment.
+//! Values are checked here, before anything starts; a bad one ends the process with one
+//! clear line and a non-zero status.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+use crate::layout::{Layout, parse_rfc3339_ms};
+use crate::proto::id_service_client::IdServiceClient;
+use crate::proto::{BatchIdsRequest, NextIdRequest};
+use crate::server::{ServeConfig, WorkerConfig};
+use crate::service::decode;
+use crate::worker::standalone::StandaloneConfig;
+
+#[derive(Debug, Parser)]
+#[command(name = "snowmint", version, about = "Mints unique, roughly time-sorted 64-bit IDs over gRPC")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the ID server.
+    Serve(Box<ServeArgs>),
+    /// Split an ID into time, worker and sequence (offline).
+    Decode(DecodeArgs),
+    /// Ask a server for one ID.
+    Next(ClientArgs),
+    /// Ask a server for a batch of IDs.
+    Batch(BatchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The layout flags, shared by `serve` and `decode`.
+#[derive(Debug, Clone, Args)]
+pub struct LayoutArgs {
+    /// The epoch IDs count time from, in RFC 3339. Frozen once IDs exist.
+    #[arg(long, env = "SNOWMINT_EPOCH", default_value = "2026-01-01T00:00:00Z", value_parser = parse_epoch)]
+    pub epoch: i64,
+    /// Bits of the worker ID (2^bits workers).
+    #[arg(long, env = "SNOWMINT_WORKER_BITS", default_value_t = 10)]
+    pub worker_bits: u8,
+    /// Bits of the per-millisecond sequence (2^bits IDs per ms per worker).
+    #[arg(long, env = "SNOWMINT_SEQUENCE_BITS", default_value_t = 12)]
+    pub sequence_bits: u8,
+}
+
+impl LayoutArgs {
+    pub fn layout(&self) -> Layout {
+        Layout::snowmint(self.epoch, self.worker_bits, self.sequence_bits)
+    }
+}
+
+fn parse_epoch(text: &str) -> Result<i64, String> {
+    parse_rfc3339_ms(text).map_err(|e| format!("not an RFC 3339 time such as 2026-01-01T00:00:00Z ({e})"))
+}
+
+fn parse_positive_ms(text: &str) -> Result<Duration, String> {
+    let ms: u64 = text.parse().map_err(|e| format!("not a number of milliseconds ({e})"))?;
+    Ok(Duration::from_millis(ms))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// gRPC listen address.
+    #[arg(long, env = "SNOWMINT_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Admin HTTP listen address (/metrics, /healthz, /readyz).
+    #[arg(long, env = "SNOWMINT_ADMIN_LISTEN", default_value = "127.0.0.1:9464")]
+    pub admin_listen: SocketAddr,
+    /// The static worker ID (standalone mode).
+    #[arg(long, env = "SNOWMINT_WORKER_ID", default_value_t = 0)]
+    pub worker_id: u32,
+    /// Where standalone mode keeps its reservation state.
+    #[arg(long, env = "SNOWMINT_STATE_DIR", default_value = "snowmint-state")]
+    pub state_dir: PathBuf,
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    /// The largest BatchIds count accepted.
+    #[arg(long, env = "SNOWMINT_MAX_BATCH", default_value_t = 65_536,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_batch: u32,
+    /// How far ahead of the clock reservations reach, in ms.
+    #[arg(long, env = "SNOWMINT_RESERVATION_WINDOW_MS", default_value = "3000", value_parser = parse_positive_ms)]
+    pub reservation_window_ms: Duration,
+    /// Wall-clock steps back up to this many ms are waited out; larger ones are refused.
+    #[arg(long, env = "SNOWMINT_MAX_CLOCK_BACK_MS", default_value = "5", value_parser = parse_positive_ms)]
+    pub max_clock_back_ms: Duration,
+    /// The longest a call waits for IDs, in ms, whatever its own deadline.
+    #[arg(long, env = "SNOWMINT_MAX_WAIT_MS", default_value = "1000", value_parser = parse_positive_ms)]
+    pub max_wait_ms: Duration,
+    /// Wall-clock jumps forward above this many ms are logged and counted.
+    #[arg(long, env = "SNOWMINT_FORWARD_JUMP_THRESHOLD_MS", default_value = "1000", value_parser = parse_positive_ms)]
+    pub forward_jump_threshold_ms: Duration,
+    /// Log format.
+    #[arg(long, env = "SNOWMINT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl ServeArgs {
+    /// The server configuration, or the one-line reason it is invalid.
+    pub fn config(&self, now_ms: i64) -> Result<ServeConfig, String> {
+        let layout = self.layout.layout();
+        layout.validate_for_minting(now_ms).map_err(|e| format!("invalid layout: {e}"))?;
+        if u64::from(self.worker_id) > layout.max_worker() {
+            return Err(format!(
+                "--worker-id {} does not fit --worker-bits {} (maximum {})",
+                self.worker_id,
+                layout.worker_bits,
+                layout.max_worker()
+            ));
+        }
+        if self.reservation_window_ms < Duration::from_millis(300) {
+            return Err("--reservation-window-ms must be at least 300".into());
+        }
+        if self.max_wait_ms.is_zero() {
+            return Err("--max-wait-ms must be at least 1".into());
+        }
+        Ok(ServeConfig {
+            worker: WorkerConfig::Standalone(StandaloneConfig {
+                state_dir: self.state_dir.clone(),
+                worker_id: self.worker_id,
+                window: self.reservation_window_ms,
+                layout: layout.clone(),
+            }),
+            layout,
+            max_batch: self.max_batch,
+            max_clock_back: self.max_clock_back_ms,
+            max_wait: self.max_wait_ms,
+            forward_jump_threshold: self.forward_jump_threshold_ms,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DecodeArgs {
+    /// The ID, in decimal or 0x-prefixed hex.
+    #[arg(value_parser = parse_id)]
+    pub id: u64,
+    /// A named layout (twitter, discord, instagram, sonyflake); snowmint's own by default.
+    #[arg(long = "layout", value_name = "NAME")]
+    pub layout_name: Option<String>,
+    #[command(flatten)]
+    pub own: LayoutArgs,
+    /// Print JSON (the ID as a string).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_id(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|e| format!("not a 64-bit unsigned ID ({e})"))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The server's gRPC URL.
+    #[arg(long, env = "SNOWMINT_ADDR", default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BatchArgs {
+    /// How many IDs.
+    pub count: u32,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Sets up logging: text or JSON on stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Runs a parsed command line; `Err` is the one line to print before exiting non-zero.
+pub async fn main(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve(args) => serve(*args).await,
+        Command::Decode(args) => {
+            let layout = match &args.layout_name {
+                None => args.own.layout(),
+                Some(name) if name == "snowmint" => args.own.layout(),
+                Some(name) => Layout::named(name).map_err(|e| e.to_string())?,
+            };
+            let decoded = decode(args.id, &layout).map_err(|e| e.to_string())?;
+            if args.json {
+                let json = serde_json::json!({
+                    "id": decoded.id.to_string(),
+                    "unix_ms": decoded.unix_ms.to_string(),
+                    "time": decoded.time,
+                    "worker_id": decoded.worker_id,
+                    "sequence": decoded.sequence,
+                    "layout": decoded.layout,
+                });
+                println!("{json}");
+            } else {
+                println!(
+                    "id={} time={} unix_ms={} worker_id={} sequence={} layout={}",
+                    decoded.id, decoded.time, decoded.unix_ms, decoded.worker_id, decoded.sequence, decoded.layout
+                );
+            }
+            Ok(())
+        }
+        Command::Next(args) => {
+            let mut client = connect(&args.addr).await?;
+            let id = client.next_id(NextIdRequest {}).await.map_err(|s| status_line(&s))?.into_inner().id;
+            println!("{id}");
+            Ok(())
+        }
+        Command::Batch(args) => {
+            let mut client = connect(&args.client.addr).await?;
+            let ids = client
+                .batch_ids(BatchIdsRequest { count: args.count })
+                .await
+                .map_err(|s| status_line(&s))?
+                .into_inner()
+                .ids;
+            let mut out = String::with_capacity(ids.len() * 20);
+            for id in ids {
+                out.push_str(&id.to_string());
+                out.push('\n');
+            }
+            print!("{out}");
+            Ok(())
+        }
+    }
+}
+
+fn status_line(status: &tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+async fn connect(addr: &str) -> Result<IdServiceClient<tonic::transport::Channel>, String> {
+    IdServiceClient::connect(addr.to_string()).await.map_err(|e| format!("cannot connect to {addr}: {e}"))
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    init_logging(args.log_format);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let config = args.config(clock.wall_ms())?;
+    let grpc = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let admin = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {} (admin): {e}", args.admin_listen))?;
+    let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
+    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        %grpc_addr,
+        %admin_addr,
+        layout = %config.layout,
+        version = env!("CARGO_PKG_VERSION"),
+        "snowmint listening (gRPC in plain text)"
+    );
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    crate::server::run(config, grpc, admin, clock, shutdown).await.map_err(|e| e.to_string())
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutting down");
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,28 @@
+//! snowmint mints unique, roughly time-sorted 64-bit IDs over gRPC.
+//!
+//! The crate is built in layers, each with one job:
+//!
+//! - [`layout`], [`generator`], [`clock`]: the pure core. A layout packs (time, worker,
+//!   sequence) into 64 bits; the generator turns ticks into IDs or says why it cannot; the
+//!   clock trait lets tests step time back and forth. No I/O, no tokio.
+//! - [`minter`]: the single task that owns the generator and answers every request.
+//! - [`worker`]: where the worker ID and the reservations come from (a static ID with a state
+//!   file, or an etcd lease).
+//! - [`service`], [`admin`], [`server`]: the gRPC service, the admin HTTP endpoint, and the
+//!   wiring with one shutdown token.
+//! - [`metrics`]: every Prometheus metric. [`cli`]: the command line.
+//!
+//! The one promise: no ID is ever issued twice. When it cannot be kept, minting refuses with
+//! a retriable `UNAVAILABLE`.
+
+pub mod admin;
+pub mod cli;
+pub mod clock;
+pub mod generator;
+pub mod layout;
+pub mod metrics;
+pub mod minter;
+pub mod proto;
+pub mod server;
+pub mod service;
+pub mod worker;

@@ -1,0 +1,145 @@
+//! The server: wires the worker source, the minter, the gRPC service (with health and
+//! reflection) and the admin endpoint together, and takes them down in order.
+//!
+//! The caller hands in bound listeners, a clock and one shutdown token ([`run`]); tests use
+//! exactly this seam with `127.0.0.1:0` listeners. On shutdown the gRPC server stops
+//! accepting and finishes the calls in flight, the minter stops, and only then is the final
+//! reservation saved, so it covers every ID handed out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::clock::Clock;
+use crate::layout::{Layout, LayoutError};
+use crate::metrics::Metrics;
+use crate::minter::{self, MinterConfig, Readiness};
+use crate::proto::id_service_server::IdServiceServer;
+use crate::service::Service;
+use crate::worker::{self, WorkerError};
+
+/// The gRPC service name reported by the health service.
+pub const SERVICE_NAME: &str = "snowmint.v1.IdService";
+
+/// Where the worker ID comes from.
+#[derive(Debug, Clone)]
+pub enum WorkerConfig {
+    Standalone(worker::standalone::StandaloneConfig),
+}
+
+/// Everything `run` needs, validated by the caller's parsing except what needs the clock.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub layout: Layout,
+    pub worker: WorkerConfig,
+    pub max_batch: u32,
+    pub max_clock_back: Duration,
+    pub max_wait: Duration,
+    pub forward_jump_threshold: Duration,
+}
+
+/// Why the server could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("invalid layout: {0}")]
+    Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("admin endpoint: {0}")]
+    Admin(std::io::Error),
+}
+
+/// Runs the server until `shutdown` is cancelled, then stops gracefully.
+pub async fn run(
+    config: ServeConfig,
+    grpc: TcpListener,
+    admin: TcpListener,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    config.layout.validate_for_minting(clock.wall_ms())?;
+    let metrics = Metrics::new();
+    metrics.layout_expiry_timestamp_seconds.set(config.layout.expiry_ms() as f64 / 1000.0);
+
+    let source = match &config.worker {
+        WorkerConfig::Standalone(standalone) => {
+            worker::standalone::start(standalone.clone(), clock.clone(), metrics.clone()).await?
+        }
+    };
+    let (mint, readiness, minter_task) = minter::spawn(
+        MinterConfig {
+            layout: config.layout.clone(),
+            max_clock_back: config.max_clock_back,
+            max_wait: config.max_wait,
+            forward_jump_threshold: config.forward_jump_threshold,
+        },
+        clock.clone(),
+        metrics.clone(),
+        source.state.clone(),
+        source.extend_now.clone(),
+    );
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let health_task = tokio::spawn(report_health(reporter, readiness.clone(), shutdown.clone()));
+    let admin_task = tokio::spawn(crate::admin::serve(admin, metrics.clone(), readiness, shutdown.clone()));
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let service = Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone());
+    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+    let served = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(IdServiceServer::new(service))
+        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
+        .await;
+    // Whatever ended the gRPC server, take the rest down in order.
+    shutdown.cancel();
+    let last_minted_ms = minter_task.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "minter task failed");
+        None
+    });
+    source.finish(last_minted_ms).await;
+    let _ = health_task.await;
+    let admin = admin_task.await.expect("admin task panicked");
+    served?;
+    admin.map_err(ServeError::Admin)?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Mirrors readiness into the gRPC health service (overall and for the ID service).
+async fn report_health(
+    reporter: HealthReporter,
+    mut readiness: watch::Receiver<Readiness>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let status = match &*readiness.borrow_and_update() {
+            Readiness::Serving => ServingStatus::Serving,
+            Readiness::NotServing(_) => ServingStatus::NotServing,
+        };
+        reporter.set_service_status("", status).await;
+        reporter.set_service_status(SERVICE_NAME, status).await;
+        tokio::select! {
+            changed = readiness.changed() => if changed.is_err() { break },
+            _ = shutdown.cancelled() => break,
+        }
+    }
+    reporter.set_service_status("", ServingStatus::NotServing).await;
+    reporter.set_service_status(SERVICE_NAME, ServingStatus::NotServing).await;
+}

@@ -1,0 +1,175 @@
+//! The gRPC service: thin handlers that validate requests, ask the minter, and map errors to
+//! gRPC status codes in one place ([`status_of`]).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use crate::layout::{Layout, LayoutError, rfc3339_ms};
+use crate::metrics::Metrics;
+use crate::minter::{MintError, MintHandle};
+use crate::proto::id_service_server::IdService;
+use crate::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse};
+
+/// Errors of the service layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Mint(#[from] MintError),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("count must be between 1 and {max} (the server's --max-batch), got {got}")]
+    BadCount { got: u32, max: u32 },
+    #[error("id {id} has bits set above the {bits} bits of layout {layout}")]
+    NotThisLayout { id: u64, bits: u32, layout: String },
+}
+
+/// The one mapping from snowmint's errors to gRPC status.
+pub fn status_of(error: ServiceError) -> Status {
+    match &error {
+        // Every minting failure is retriable, here later or on another instance.
+        ServiceError::Mint(_) => Status::unavailable(error.to_string()),
+        ServiceError::Layout(_) | ServiceError::BadCount { .. } | ServiceError::NotThisLayout { .. } => {
+            Status::invalid_argument(error.to_string())
+        }
+    }
+}
+
+/// The deadline a caller set with `grpc-timeout`, as an instant.
+fn deadline_of<T>(request: &Request<T>) -> Option<Instant> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let timeout = parse_grpc_timeout(value)?;
+    Some(Instant::now() + timeout)
+}
+
+/// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The `IdService` implementation.
+pub struct Service {
+    minter: MintHandle,
+    layout: Layout,
+    max_batch: u32,
+    metrics: Metrics,
+}
+
+impl Service {
+    pub fn new(minter: MintHandle, layout: Layout, max_batch: u32, metrics: Metrics) -> Service {
+        Service { minter, layout, max_batch, metrics }
+    }
+
+    /// Records the call's outcome and latency, and maps an error to its status.
+    fn finish<T>(
+        &self,
+        method: &str,
+        start: std::time::Instant,
+        result: Result<T, ServiceError>,
+    ) -> Result<Response<T>, Status> {
+        let result = result.map(Response::new).map_err(status_of);
+        let code = result.as_ref().map_or_else(|status| status.code(), |_| tonic::Code::Ok);
+        self.metrics.record_call(method, code, start.elapsed());
+        result
+    }
+}
+
+/// Decodes `id` with `layout`.
+pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> {
+    if layout.has_excess_bits(id) {
+        return Err(ServiceError::NotThisLayout { id, bits: layout.total_bits(), layout: layout.name.clone() });
+    }
+    let parts = layout.unpack(id);
+    let unix_ms = layout.tick_start_ms(parts.tick);
+    Ok(DecodeResponse {
+        id,
+        unix_ms,
+        worker_id: parts.worker as u32,
+        sequence: parts.sequence as u32,
+        time: rfc3339_ms(unix_ms),
+        layout: layout.name.clone(),
+    })
+}
+
+#[tonic::async_trait]
+impl IdService for Service {
+    async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
+        let start = std::time::Instant::now();
+        let result = self.minter.next_id(deadline_of(&request)).await;
+        self.finish("NextId", start, result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
+    }
+
+    async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
+        let start = std::time::Instant::now();
+        let deadline = deadline_of(&request);
+        let count = request.into_inner().count;
+        let result = if count == 0 || count > self.max_batch {
+            Err(ServiceError::BadCount { got: count, max: self.max_batch })
+        } else {
+            self.metrics.batch_size.observe(f64::from(count));
+            self.minter
+                .batch(count as usize, deadline)
+                .await
+                .map(|ids| BatchIdsResponse { ids })
+                .map_err(ServiceError::from)
+        };
+        self.finish("BatchIds", start, result)
+    }
+
+    async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
+        let start = std::time::Instant::now();
+        let DecodeRequest { id, layout } = request.into_inner();
+        let result = match layout.as_str() {
+            "" | "snowmint" => decode(id, &self.layout),
+            name => Layout::named(name).map_err(ServiceError::from).and_then(|layout| decode(id, &layout)),
+        };
+        self.finish("Decode", start, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "m", "12", "123456789m", "-1S", "1x"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn errors_map_to_their_codes() {
+        let unavailable = status_of(MintError::LeaseExpired(3).into());
+        assert_eq!(unavailable.code(), tonic::Code::Unavailable);
+        let bad = status_of(ServiceError::BadCount { got: 0, max: 65_536 });
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+        assert!(bad.message().contains("65536"), "{}", bad.message());
+    }
+
+    #[test]
+    fn own_layout_rejects_the_sign_bit() {
+        let layout = Layout::default_snowmint();
+        assert!(matches!(decode(1 << 63, &layout), Err(ServiceError::NotThisLayout { .. })));
+        // Discord IDs use all 64 bits.
+        decode(u64::MAX, &Layout::named("discord").unwrap()).unwrap();
+    }
+}

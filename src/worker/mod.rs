@@ -1,0 +1,81 @@
+//! Worker sources: where an instance gets its worker ID and its reservations.
+//!
+//! A source publishes a [`WorkerState`] on a watch channel; the minter reads it before every
+//! mint. `standalone` uses a static worker ID and a local state file; `etcd` leases a slot
+//! from an etcd cluster. Either way the minter sees the same thing: the worker ID held, the
+//! floor below which a previous holder may have minted, how far the durable reservation
+//! reaches, and (etcd) the monotonic deadline past which the lease may be gone.
+
+pub mod standalone;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::task::JoinHandle;
+
+/// A worker ID held by this instance, and the window it may mint in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub worker_id: u32,
+    /// Changes with every claim of a slot: a new generation gets a new generator.
+    pub generation: u64,
+    /// Unix ms up to which a previous run or holder of this worker ID may have minted;
+    /// only later times are minted (invariant 2).
+    pub floor_ms: Option<i64>,
+    /// Unix ms up to which a durable reservation covers minting (invariant 1).
+    pub reserved_ms: i64,
+    /// The monotonic instant (as [`crate::clock::Clock::monotonic`]) past which the lease
+    /// may have expired; `None` when there is no lease (standalone).
+    pub lease_deadline: Option<Duration>,
+}
+
+/// What the minter may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerState {
+    /// No worker ID is held: minting refuses, saying why.
+    Unheld {
+        reason: String,
+    },
+    Held(Grant),
+}
+
+/// Why a worker source could not start or keep going.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("state file {path}: {source}")]
+    StateIo { path: String, source: std::io::Error },
+    #[error(
+        "state file {path} is corrupt ({reason}); it is never reset automatically: inspect it, and remove it only if no other instance used worker {worker_id} with a clock ahead of this one"
+    )]
+    StateCorrupt { path: String, reason: String, worker_id: u32 },
+    #[error("state dir {dir} is in use by another snowmint process for worker {worker_id} (lock {lock})")]
+    StateLocked { dir: String, worker_id: u32, lock: String },
+    #[error("layout mismatch: {saved_at} records \"{saved}\" but this instance is configured with \"{configured}\"")]
+    LayoutMismatch { saved_at: String, saved: String, configured: String },
+    #[error("worker id {worker_id} does not fit {worker_bits} worker bits (maximum {max})")]
+    WorkerOutOfRange { worker_id: u64, worker_bits: u8, max: u64 },
+}
+
+/// A running worker source, as the server sees it.
+pub struct WorkerSource {
+    /// The state the minter reads.
+    pub state: watch::Receiver<WorkerState>,
+    /// Wakes the source to extend the reservation now (the minter found itself fenced).
+    pub extend_now: Arc<Notify>,
+    finish: oneshot::Sender<Option<i64>>,
+    task: JoinHandle<()>,
+}
+
+impl WorkerSource {
+    /// Ends the source after the minter stopped: `last_minted_ms` is the end of the last
+    /// tick minted. The source persists a final reservation (and releases its lease), so the
+    /// next run can start at once.
+    pub async fn finish(self, last_minted_ms: Option<i64>) {
+        // The task may already have ended (its sender dropped): nothing left to do then.
+        let _ = self.finish.send(last_minted_ms);
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "worker source task failed");
+        }
+    }
+}
