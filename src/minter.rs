@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::generator::{Blocked, Generator, RefuseReason, WaitReason};
@@ -131,13 +132,16 @@ impl MintHandle {
 }
 
 /// Starts the minter task. It ends when every [`MintHandle`] is dropped and the requests
-/// already sent are answered, returning the Unix ms at the end of the last tick it minted.
+/// already sent are answered, or at once when `stop` is cancelled (answering what is still
+/// pending with [`MintError::ShuttingDown`]). It returns the Unix ms at the end of the last
+/// tick it minted.
 pub fn spawn(
     config: MinterConfig,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     worker: watch::Receiver<WorkerState>,
     extend_now: Arc<Notify>,
+    stop: CancellationToken,
 ) -> (MintHandle, watch::Receiver<Readiness>, tokio::task::JoinHandle<Option<i64>>) {
     let (tx, rx) = mpsc::channel(8192);
     let initial = Readiness::NotServing(MintError::NoWorker("starting".into()));
@@ -160,7 +164,7 @@ pub fn spawn(
         exhausted_since: None,
         last_minted_ms: None,
     };
-    (handle, readiness, tokio::spawn(minter.run()))
+    (handle, readiness, tokio::spawn(minter.run(stop)))
 }
 
 struct Minter {
@@ -186,6 +190,9 @@ struct Minter {
     last_minted_ms: Option<i64>,
 }
 
+/// How often a refusing minter looks at the clock again while nothing else wakes it.
+const RECHECK: Duration = Duration::from_millis(250);
+
 /// What a pass over the pending requests ended with.
 enum Next {
     /// Nothing to do until a request or a worker state change arrives.
@@ -195,7 +202,7 @@ enum Next {
 }
 
 impl Minter {
-    async fn run(mut self) -> Option<i64> {
+    async fn run(mut self, stop: CancellationToken) -> Option<i64> {
         let mut open = true;
         let mut worker_open = true;
         loop {
@@ -236,6 +243,10 @@ impl Minter {
                     }
                 }
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+                () = stop.cancelled() => {
+                    self.refuse_all(MintError::ShuttingDown);
+                    break;
+                }
             }
         }
         self.last_minted_ms
@@ -351,7 +362,7 @@ impl Minter {
             }
             None => {
                 self.refuse_all(MintError::BeforeEpoch { now: rfc3339_ms(now_ms) });
-                return Next::At(now + Duration::from_millis(100));
+                return Next::At(now + RECHECK);
             }
         };
 
@@ -439,8 +450,9 @@ impl Minter {
                     },
                 };
                 self.refuse_all(error);
-                // Wake when the clock should have come back, to report ready again.
-                Next::At(self.instant_of_tick(last_tick + 1, now_ms, now))
+                // Wake when the clock should have come back, to report ready again; look
+                // sooner too, in case the clock is corrected forward in the meantime.
+                Next::At(self.instant_of_tick(last_tick + 1, now_ms, now).min(now + RECHECK))
             }
             Some(Blocked::Fenced { .. }) => {
                 self.extend_now.notify_one();

@@ -42,6 +42,8 @@ pub struct ServeConfig {
     pub max_clock_back: Duration,
     pub max_wait: Duration,
     pub forward_jump_threshold: Duration,
+    /// How long calls in flight get to finish once shutdown starts.
+    pub shutdown_grace: Duration,
 }
 
 /// Why the server could not start or run.
@@ -76,6 +78,8 @@ pub async fn run(
             worker::standalone::start(standalone.clone(), clock.clone(), metrics.clone()).await?
         }
     };
+    // Stopped only once the gRPC server is done with the calls in flight.
+    let stop_minter = CancellationToken::new();
     let (mint, readiness, minter_task) = minter::spawn(
         MinterConfig {
             layout: config.layout.clone(),
@@ -87,6 +91,7 @@ pub async fn run(
         metrics.clone(),
         source.state.clone(),
         source.extend_now.clone(),
+        stop_minter.clone(),
     );
 
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -100,15 +105,29 @@ pub async fn run(
     };
     let service = Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone());
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-    let served = tonic::transport::Server::builder()
+    let serve = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .add_service(IdServiceServer::new(service))
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
-        .await;
-    // Whatever ended the gRPC server, take the rest down in order.
+        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned());
+    // Calls in flight get `shutdown_grace` to finish; a client that never closes its
+    // connection (paused, or gone without a word) does not hold the shutdown up longer.
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(config.shutdown_grace).await;
+    };
+    let served = tokio::select! {
+        served = serve => served,
+        () = grace => {
+            tracing::warn!(grace = ?config.shutdown_grace, "connections still open after the shutdown grace; closing them");
+            Ok(())
+        }
+    };
+    // Whatever ended the gRPC server, take the rest down in order: the minter first, then
+    // the final reservation covering all it minted.
     shutdown.cancel();
+    stop_minter.cancel();
     let last_minted_ms = minter_task.await.unwrap_or_else(|e| {
         tracing::error!(error = %e, "minter task failed");
         None

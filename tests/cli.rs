@@ -1,0 +1,87 @@
+//! The command line: bad configuration exits non-zero with one clear line, and the `next`
+//! and `batch` clients talk to a real server.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{TestServer, assert_increasing, config, run_binary};
+use snowmint::clock::SystemClock;
+
+/// Runs `serve` with `args` and returns its error line, asserting it failed at once.
+fn serve_error(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut full = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+    full.extend_from_slice(&["--state-dir", dir.path().to_str().unwrap()]);
+    full.extend_from_slice(args);
+    let (code, _, stderr) = run_binary(&full);
+    assert_ne!(code, 0, "{args:?} should fail");
+    let first = stderr.lines().next().unwrap_or_default().to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    first
+}
+
+#[test]
+fn bad_configuration_exits_with_one_clear_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--worker-bits", "30", "--sequence-bits", "20"], "time bits must be between 20 and 61"),
+        (&["--sequence-bits", "0"], "sequence bits must be between"),
+        (&["--epoch", "2999-01-01T00:00:00Z"], "in the future"),
+        (&["--epoch", "yesterday"], "RFC 3339"),
+        (&["--worker-id", "1024"], "--worker-id 1024 does not fit --worker-bits 10 (maximum 1023)"),
+        (&["--worker-bits", "4", "--worker-id", "16"], "maximum 15"),
+        (&["--max-batch", "0"], "--max-batch"),
+        (&["--listen", "not-an-address"], "--listen"),
+        (&["--log-format", "xml"], "--log-format"),
+    ];
+    for (args, expected) in cases {
+        let line = serve_error(args);
+        assert!(line.contains(expected), "{args:?}: {line:?} lacks {expected:?}");
+    }
+    // Environment variables are read too, and checked the same way.
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env("SNOWMINT_WORKER_ID", "5000")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--worker-id 5000"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_and_batch_talk_to_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let url = server.url();
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || run_binary(&["next", "--addr", &url])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let one: u64 = out.trim().parse().unwrap();
+    let (code, out, err) =
+        tokio::task::spawn_blocking(move || run_binary(&["batch", "100", "--addr", &url])).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    let ids: Vec<u64> = out.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 100);
+    assert_increasing(&ids);
+    assert!(ids[0] > one);
+    let url = server.url();
+    let (code, _, err) =
+        tokio::task::spawn_blocking(move || run_binary(&["batch", "0", "--addr", &url])).await.unwrap();
+    assert_ne!(code, 0);
+    assert!(err.contains("InvalidArgument") && err.contains("65536"), "{err}");
+    server.stop().await;
+}
+
+#[test]
+fn next_without_a_server_fails_clearly() {
+    let (code, _, err) = run_binary(&["next", "--addr", "http://127.0.0.1:1"]);
+    assert_ne!(code, 0);
+    assert!(err.starts_with("snowmint: cannot connect to http://127.0.0.1:1"), "{err}");
+}

@@ -1,0 +1,253 @@
+//! Helpers shared by the integration tests: an in-process server on `127.0.0.1:0` with an
+//! injectable clock, the real binary as a child process, and gRPC clients.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use snowmint::clock::Clock;
+use snowmint::layout::Layout;
+use snowmint::proto::id_service_client::IdServiceClient;
+use snowmint::server::{ServeConfig, WorkerConfig};
+use snowmint::worker::standalone::StandaloneConfig;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// The default server configuration for tests, with its state in `state_dir`.
+pub fn config(state_dir: &Path) -> ServeConfig {
+    let layout = Layout::default_snowmint();
+    ServeConfig {
+        worker: WorkerConfig::Standalone(StandaloneConfig {
+            state_dir: state_dir.to_path_buf(),
+            worker_id: 5,
+            window: Duration::from_secs(3),
+            layout: layout.clone(),
+        }),
+        layout,
+        max_batch: 65_536,
+        max_clock_back: Duration::from_millis(5),
+        max_wait: Duration::from_secs(1),
+        forward_jump_threshold: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+/// A server running in this process.
+pub struct TestServer {
+    pub grpc: SocketAddr,
+    pub admin: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), snowmint::server::ServeError>>,
+}
+
+impl TestServer {
+    /// Starts a server with `config` and `clock` on loopback ports the OS picks.
+    pub async fn start(config: ServeConfig, clock: Arc<dyn Clock>) -> TestServer {
+        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc = grpc_listener.local_addr().unwrap();
+        let admin = admin_listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(snowmint::server::run(config, grpc_listener, admin_listener, clock, shutdown.clone()));
+        TestServer { grpc, admin, shutdown, task }
+    }
+
+    pub async fn client(&self) -> IdServiceClient<Channel> {
+        client(self.grpc).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// Stops the server gracefully and waits for it to finish.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops within 10 s")
+            .expect("server task")
+            .expect("server ran cleanly");
+    }
+
+    /// The body of an admin endpoint, with its status code.
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        http_get(self.admin, path).await
+    }
+
+    /// The value of a metric line (name with labels, exactly as exported).
+    pub async fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.admin_get("/metrics").await.1, series)
+    }
+}
+
+/// A gRPC client for `addr`, connected at once.
+pub async fn client(addr: SocketAddr) -> IdServiceClient<Channel> {
+    IdServiceClient::connect(format!("http://{addr}")).await.expect("connect")
+}
+
+/// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect admin");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Finds `series` (e.g. `snowmint_ids_issued_total` or `x{a="b"}`) in a text exposition.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no series {series} in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Asserts `ids` holds no value twice.
+pub fn assert_unique(ids: &[u64]) {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    let before = sorted.len();
+    sorted.dedup();
+    assert_eq!(sorted.len(), before, "{} duplicate IDs among {before}", before - sorted.len());
+}
+
+/// Asserts `ids` is strictly increasing.
+pub fn assert_increasing(ids: &[u64]) {
+    if let Some(i) = ids.windows(2).position(|w| w[0] >= w[1]) {
+        panic!("IDs not increasing at {i}: {} then {}", ids[i], ids[i + 1]);
+    }
+}
+
+/// The snowmint binary, run as a child process with JSON logs. Killed when dropped.
+pub struct Process {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub admin: SocketAddr,
+    /// Log lines after the listening line, as they arrive.
+    pub logs: mpsc::Receiver<String>,
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_snowmint"))
+}
+
+impl Process {
+    /// Starts `snowmint serve` with `args` on free loopback ports and waits until it listens.
+    pub fn serve(args: &[&str]) -> Process {
+        Process::serve_with(Command::new(binary()), args)
+    }
+
+    /// Like [`Process::serve`], with a prepared command (environment, wrapper).
+    pub fn serve_with(mut command: Command, args: &[&str]) -> Process {
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn snowmint");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, logs) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        loop {
+            let line = match logs.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("snowmint did not start; output:\n{}", seen.join("\n"));
+                }
+            };
+            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line)
+                && let (Some(grpc), Some(admin)) = (json["grpc_addr"].as_str(), json["admin_addr"].as_str())
+            {
+                return Process { grpc: grpc.parse().unwrap(), admin: admin.parse().unwrap(), child, logs };
+            }
+            seen.push(line);
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args(["-s", signal, &self.pid().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -s {signal}");
+    }
+
+    /// Waits for the process to exit, at most `limit`; its exit status. Async, so the
+    /// test's own clients keep running meanwhile.
+    pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < limit, "process did not exit within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Log lines received so far.
+    pub fn drain_logs(&self) -> Vec<String> {
+        self.logs.try_iter().collect()
+    }
+
+    pub async fn client(&self) -> IdServiceClient<Channel> {
+        client(self.grpc).await
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary with `args` to completion: (exit code, stdout, stderr).
+pub fn run_binary(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(binary()).args(args).stdin(Stdio::null()).output().expect("run snowmint");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Calls NextId until it succeeds, at most `limit`; every UNAVAILABLE on the way is allowed.
+pub async fn next_id_eventually(client: &mut IdServiceClient<Channel>, limit: Duration) -> u64 {
+    let start = std::time::Instant::now();
+    loop {
+        match client.next_id(snowmint::proto::NextIdRequest {}).await {
+            Ok(response) => return response.into_inner().id,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(start.elapsed() < limit, "no ID within {limit:?}: {status:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Restarts never go back: a graceful stop saves the reservation, a restart (also after
+//! kill -9, also with the clock behind) mints only past it, and a corrupt or locked state
+//! stops the start with a clear error.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Process, TestServer, assert_increasing, assert_unique, config, next_id_eventually, run_binary};
+use snowmint::clock::{Clock, ManualClock, SystemClock};
+
+use snowmint::proto::{BatchIdsRequest, NextIdRequest};
+
+#[tokio::test]
+async fn restart_with_the_clock_behind_waits_until_past_the_saved_reservation() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+    let mut client = server.client().await;
+    let mut before = client.batch_ids(BatchIdsRequest { count: 1_000 }).await.unwrap().into_inner().ids;
+    clock.advance(Duration::from_millis(7));
+    before.push(client.next_id(NextIdRequest {}).await.unwrap().into_inner().id);
+    server.stop().await;
+
+    // The host comes back with its clock 10 s behind.
+    clock.step_wall(-10_000);
+    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+    let mut client = server.client().await;
+    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("reservation"), "{}", status.message());
+    assert_eq!(server.admin_get("/readyz").await.0, 503);
+    // A step back below the floor is not counted as a clock step while minting.
+    assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await, 0.0);
+
+    clock.step_wall(10_001);
+    let after = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    assert!(after > *before.last().unwrap(), "restart went back: {after} <= {}", before.last().unwrap());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let mut all = Vec::new();
+
+    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut client = process.client().await;
+    let first = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    all.push(first);
+    all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    drop(client);
+    process.signal("TERM");
+    let status = process.wait(Duration::from_secs(10)).await;
+    assert!(status.success(), "SIGTERM exit: {status:?}");
+    let logs = process.drain_logs().join("\n");
+    assert!(logs.contains("final reservation saved"), "{logs}");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("worker-9.json")).unwrap()).unwrap();
+    let layout = snowmint::layout::Layout::default_snowmint();
+    let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
+    assert_eq!(saved["reserved_until_ms"].as_i64().unwrap(), last_ms, "the final reservation is the last tick used");
+
+    // A graceful restart mints at once, past everything before.
+    let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut client = process.client().await;
+    let start = std::time::Instant::now();
+    let id = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    assert!(start.elapsed() < Duration::from_secs(1), "graceful restart waited {:?}", start.elapsed());
+    all.push(id);
+    all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+
+    // kill -9: the reservation on disk reaches ahead of the clock; the restart waits it out.
+    process.signal("KILL");
+    drop(process);
+    let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut client = process.client().await;
+    all.push(next_id_eventually(&mut client, Duration::from_secs(10)).await);
+    all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    assert_increasing(&all);
+    assert_unique(&all);
+}
+
+#[test]
+fn corrupt_state_stops_the_start_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("worker-0.json"), "{\"version\":1,\"worker").unwrap();
+    let (code, _, stderr) = run_binary(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+        "--log-format",
+        "json",
+    ]);
+    assert_ne!(code, 0);
+    let last = stderr.lines().last().unwrap();
+    assert!(last.starts_with("snowmint: state file") && last.contains("corrupt"), "{stderr}");
+    // Never reset: the file is untouched.
+    assert_eq!(std::fs::read_to_string(dir.path().join("worker-0.json")).unwrap(), "{\"version\":1,\"worker");
+}
+
+#[tokio::test]
+async fn a_second_process_on_the_same_state_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let _first = Process::serve(&["--state-dir", state_dir]);
+    let (code, _, stderr) =
+        run_binary(&["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--state-dir", state_dir]);
+    assert_ne!(code, 0);
+    assert!(stderr.lines().last().unwrap().contains("in use by another snowmint process"), "{stderr}");
+}
+
+#[tokio::test]
+async fn sigint_also_stops_gracefully() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut process = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let mut client = process.client().await;
+    next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    process.signal("INT");
+    assert!(process.wait(Duration::from_secs(10)).await.success());
+}
+
+/// A client that never lets its connection go does not hold the shutdown past the grace.
+#[tokio::test]
+async fn shutdown_grace_bounds_a_stuck_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut process = Process::serve(&["--state-dir", dir.path().to_str().unwrap(), "--shutdown-grace-ms", "500"]);
+    // A raw HTTP/2 connection that sends its preface and then nothing, never acking.
+    let mut raw = std::net::TcpStream::connect(process.grpc).unwrap();
+    std::io::Write::write_all(&mut raw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let start = std::time::Instant::now();
+    process.signal("TERM");
+    assert!(process.wait(Duration::from_secs(10)).await.success());
+    assert!(start.elapsed() < Duration::from_secs(3), "shutdown took {:?}", start.elapsed());
+}

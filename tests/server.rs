@@ -1,0 +1,197 @@
+//! The real server over gRPC: uniqueness under concurrent load, request validation, Decode,
+//! health, reflection and the admin endpoint.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{TestServer, assert_increasing, assert_unique, config};
+use snowmint::clock::SystemClock;
+use snowmint::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+async fn start() -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    (server, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hundred_thousand_ids_from_sixteen_callers_are_unique_and_increasing_per_caller() {
+    let (server, _dir) = start().await;
+    const CALLERS: usize = 16;
+    const PER_CALLER: usize = 6_250; // 100,000 in all
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let mut client = server.client().await;
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::with_capacity(PER_CALLER);
+            let mut round = 0usize;
+            while ids.len() < PER_CALLER {
+                round += 1;
+                // Mix single calls with batches of varied sizes (1..=500).
+                if (round + caller).is_multiple_of(3) {
+                    ids.push(client.next_id(NextIdRequest {}).await.unwrap().into_inner().id);
+                } else {
+                    let count = ((round * 37 + caller * 11) % 500 + 1).min(PER_CALLER - ids.len()) as u32;
+                    let batch = client.batch_ids(BatchIdsRequest { count }).await.unwrap().into_inner().ids;
+                    assert_eq!(batch.len(), count as usize);
+                    ids.extend(batch);
+                }
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        let ids = task.await.unwrap();
+        assert_eq!(ids.len(), PER_CALLER);
+        assert_increasing(&ids);
+        all.extend(ids);
+    }
+    assert_eq!(all.len(), 100_000);
+    assert_unique(&all);
+    // Every ID carries this server's worker ID and a time near now.
+    let layout = snowmint::layout::Layout::default_snowmint();
+    let now = SystemClock::new();
+    for &id in &all {
+        let parts = layout.unpack(id);
+        assert_eq!(parts.worker, 5);
+        let ms = layout.tick_start_ms(parts.tick);
+        assert!((ms - snowmint::clock::Clock::wall_ms(&now)).abs() < 60_000, "time {ms} far from now");
+    }
+    assert_eq!(server.metric("snowmint_ids_issued_total").await, 100_000.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn batch_count_out_of_range_names_the_limit() {
+    let (server, _dir) = start().await;
+    let mut client = server.client().await;
+    for count in [0, 65_537, u32::MAX] {
+        let status = client.batch_ids(BatchIdsRequest { count }).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "count {count}");
+        assert!(status.message().contains("65536"), "{}", status.message());
+    }
+    let max = client.batch_ids(BatchIdsRequest { count: 65_536 }).await.unwrap().into_inner().ids;
+    assert_eq!(max.len(), 65_536);
+    assert_increasing(&max);
+    assert_eq!(server.metric(r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds"}"#).await, 3.0);
+    assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds"}"#).await, 1.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
+    let (server, _dir) = start().await;
+    let mut client = server.client().await;
+    let id = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let decoded = client.decode(DecodeRequest { id, layout: String::new() }).await.unwrap().into_inner();
+    assert_eq!(decoded.id, id);
+    assert_eq!(decoded.worker_id, 5);
+    assert_eq!(decoded.layout, "snowmint");
+    assert!(decoded.time.ends_with('Z') && decoded.time.len() == 24, "{}", decoded.time);
+    let now_ms = snowmint::clock::Clock::wall_ms(&SystemClock::new());
+    assert!((now_ms - decoded.unix_ms).abs() < 10_000);
+
+    let status = client.decode(DecodeRequest { id, layout: "uuid".into() }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    for name in ["twitter", "discord", "instagram", "sonyflake"] {
+        assert!(status.message().contains(name), "{}", status.message());
+    }
+    let status = client.decode(DecodeRequest { id: 1 << 63, layout: String::new() }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn health_reflection_and_admin_endpoints() {
+    let (server, _dir) = start().await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url()).unwrap().connect().await.unwrap();
+    let mut health = HealthClient::new(channel.clone());
+    // The minter reports serving as soon as it has a worker and a reservation.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for service in ["", "snowmint.v1.IdService"] {
+        loop {
+            let status =
+                health.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner().status;
+            if status == ServingStatus::Serving as i32 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{service:?} not serving: {status}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // Both reflection versions list the ID service.
+    {
+        use tonic_reflection::pb::v1::ServerReflectionRequest;
+        use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+        let mut reflection = ServerReflectionClient::new(channel.clone());
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut stream = reflection.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+        let response = stream.message().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+            panic!("{response:?}")
+        };
+        let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains(&"snowmint.v1.IdService"), "{names:?}");
+        assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+    }
+    {
+        use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+        let mut reflection = ServerReflectionClient::new(channel);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol("snowmint.v1.IdService".into())),
+        };
+        let mut stream = reflection.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+        let response = stream.message().await.unwrap().unwrap();
+        let Some(MessageResponse::FileDescriptorResponse(files)) = response.message_response else {
+            panic!("{response:?}")
+        };
+        assert!(!files.file_descriptor_proto.is_empty());
+    }
+
+    assert_eq!(server.admin_get("/healthz").await.0, 200);
+    let (code, body) = server.admin_get("/readyz").await;
+    assert_eq!((code, body.as_str()), (200, "ready\n"));
+    let (code, metrics) = server.admin_get("/metrics").await;
+    assert_eq!(code, 200);
+    for name in ["snowmint_ids_issued_total", "snowmint_requests_total", "snowmint_request_duration_seconds_bucket"] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+    assert_eq!(server.metric("snowmint_worker_id").await, 5.0);
+    assert_eq!(server.metric("snowmint_minting").await, 1.0);
+    server.stop().await;
+}
+
+/// Small unary calls must not wait for Nagle's algorithm (~40 ms a call without
+/// TCP_NODELAY on accepted sockets).
+#[tokio::test]
+async fn single_calls_do_not_wait_for_nagle() {
+    let (server, _dir) = start().await;
+    let mut client = server.client().await;
+    client.next_id(NextIdRequest {}).await.unwrap();
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let start = Instant::now();
+        client.next_id(NextIdRequest {}).await.unwrap();
+        times.push(start.elapsed());
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    assert!(median < Duration::from_millis(20), "median NextId took {median:?}");
+    server.stop().await;
+}
