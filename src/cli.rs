@@ -37,6 +37,8 @@ pub enum Command {
     Next(ClientArgs),
     /// Ask a server for a batch of IDs.
     Batch(BatchArgs),
+    /// Drive load against a server and report throughput, latency and uniqueness.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -106,6 +108,9 @@ pub struct ServeArgs {
     /// Wall-clock jumps forward above this many ms are logged and counted.
     #[arg(long, env = "SNOWMINT_FORWARD_JUMP_THRESHOLD_MS", default_value = "1000", value_parser = parse_positive_ms)]
     pub forward_jump_threshold_ms: Duration,
+    /// On SIGTERM, how long calls in flight get to finish, in ms.
+    #[arg(long, env = "SNOWMINT_SHUTDOWN_GRACE_MS", default_value = "5000", value_parser = parse_positive_ms)]
+    pub shutdown_grace_ms: Duration,
     /// Log format.
     #[arg(long, env = "SNOWMINT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -142,6 +147,7 @@ impl ServeArgs {
             max_clock_back: self.max_clock_back_ms,
             max_wait: self.max_wait_ms,
             forward_jump_threshold: self.forward_jump_threshold_ms,
+            shutdown_grace: self.shutdown_grace_ms,
         })
     }
 }
@@ -244,6 +250,14 @@ pub async fn main(cli: Cli) -> Result<(), String> {
                 out.push('\n');
             }
             print!("{out}");
+            Ok(())
+        }
+        Command::Bench(args) => {
+            let report = crate::bench::run(&args).await?;
+            println!("{report}");
+            if report.duplicates > 0 {
+                return Err(format!("{} duplicate IDs", report.duplicates));
+            }
             Ok(())
         }
     }

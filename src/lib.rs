@@ -10,12 +10,13 @@
 //!   file, or an etcd lease).
 //! - [`service`], [`admin`], [`server`]: the gRPC service, the admin HTTP endpoint, and the
 //!   wiring with one shutdown token.
-//! - [`metrics`]: every Prometheus metric. [`cli`]: the command line.
+//! - [`metrics`]: every Prometheus metric. [`cli`]: the command line; [`bench`]: its load tool.
 //!
 //! The one promise: no ID is ever issued twice. When it cannot be kept, minting refuses with
 //! a retriable `UNAVAILABLE`.
 
 pub mod admin;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod generator;

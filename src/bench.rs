@@ -1,0 +1,160 @@
+//! `snowmint bench`: a load tool that drives NextId or BatchIds against a server at a set
+//! concurrency for a set duration or call count, reports calls/s, IDs/s and latency
+//! percentiles, and checks that every ID it received is unique.
+
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::proto::id_service_client::IdServiceClient;
+use crate::proto::{BatchIdsRequest, NextIdRequest};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    Next,
+    Batch,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The server's gRPC URL.
+    #[arg(long, env = "SNOWMINT_ADDR", default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+    /// Which call to make.
+    #[arg(long, value_enum, default_value_t = Method::Next)]
+    pub method: Method,
+    /// IDs per BatchIds call.
+    #[arg(long, default_value_t = 4096)]
+    pub batch_size: u32,
+    /// Calls in flight at once.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// HTTP/2 connections the calls are spread over.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// How long to run, in seconds (ignored when --calls is given).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Stop after this many calls in all.
+    #[arg(long)]
+    pub calls: Option<u64>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub calls: u64,
+    pub errors: u64,
+    pub ids: u64,
+    pub duplicates: u64,
+    pub elapsed: Duration,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub p999: Duration,
+}
+
+impl Report {
+    pub fn calls_per_second(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub fn ids_per_second(&self) -> f64 {
+        self.ids as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "calls       {} in {:.2} s ({} errors)", self.calls, self.elapsed.as_secs_f64(), self.errors)?;
+        writeln!(f, "calls/s     {:.0}", self.calls_per_second())?;
+        writeln!(f, "IDs/s       {:.0}", self.ids_per_second())?;
+        writeln!(f, "latency     p50 {:?}  p99 {:?}  p999 {:?}", self.p50, self.p99, self.p999)?;
+        if self.duplicates == 0 {
+            write!(f, "unique      all {} IDs are unique", self.ids)
+        } else {
+            write!(f, "unique      NO: {} duplicates among {} IDs", self.duplicates, self.ids)
+        }
+    }
+}
+
+/// Runs the load and returns what it measured.
+pub async fn run(args: &BenchArgs) -> Result<Report, String> {
+    if args.concurrency == 0 || args.connections == 0 {
+        return Err("--concurrency and --connections must be at least 1".into());
+    }
+    let endpoint = Endpoint::from_shared(args.addr.clone()).map_err(|e| format!("bad --addr: {e}"))?.tcp_nodelay(true);
+    let mut channels = Vec::new();
+    for _ in 0..args.connections {
+        channels.push(endpoint.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.addr))?);
+    }
+    let budget = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(args.calls.unwrap_or(u64::MAX)));
+    let until = Instant::now() + Duration::from_secs_f64(if args.calls.is_some() { 3600.0 } else { args.duration });
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..args.concurrency {
+        let client = IdServiceClient::new(channels[i % channels.len()].clone());
+        let budget = budget.clone();
+        let (method, batch_size) = (args.method, args.batch_size);
+        tasks.push(tokio::spawn(worker(client, method, batch_size, until, budget)));
+    }
+    let mut ids = Vec::new();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (task_ids, task_latencies, task_errors) = task.await.map_err(|e| e.to_string())?;
+        ids.extend(task_ids);
+        latencies.extend(task_latencies);
+        errors += task_errors;
+    }
+    let elapsed = start.elapsed();
+    latencies.sort_unstable();
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(Duration::ZERO, |&us| Duration::from_micros(us))
+    };
+    let total = ids.len() as u64;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(Report {
+        calls: latencies.len() as u64,
+        errors,
+        ids: total,
+        duplicates: total - ids.len() as u64,
+        elapsed,
+        p50: pct(0.50),
+        p99: pct(0.99),
+        p999: pct(0.999),
+    })
+}
+
+async fn worker(
+    mut client: IdServiceClient<Channel>,
+    method: Method,
+    batch_size: u32,
+    until: Instant,
+    budget: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> (Vec<u64>, Vec<u64>, u64) {
+    use std::sync::atomic::Ordering;
+    let mut ids = Vec::new();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    while Instant::now() < until {
+        if budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
+            break;
+        }
+        let start = Instant::now();
+        let result = match method {
+            Method::Next => client.next_id(NextIdRequest {}).await.map(|r| ids.push(r.into_inner().id)),
+            Method::Batch => {
+                client.batch_ids(BatchIdsRequest { count: batch_size }).await.map(|r| ids.extend(r.into_inner().ids))
+            }
+        };
+        match result {
+            Ok(()) => latencies.push(start.elapsed().as_micros() as u64),
+            Err(_) => errors += 1,
+        }
+    }
+    (ids, latencies, errors)
+}
