@@ -18,6 +18,7 @@ use crate::proto::id_service_client::IdServiceClient;
 use crate::proto::{BatchIdsRequest, NextIdRequest};
 use crate::server::{ServeConfig, WorkerConfig};
 use crate::service::decode;
+use crate::worker::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
 use crate::worker::standalone::StandaloneConfig;
 
 #[derive(Debug, Parser)]
@@ -108,6 +109,35 @@ pub struct ServeArgs {
     /// Wall-clock jumps forward above this many ms are logged and counted.
     #[arg(long, env = "SNOWMINT_FORWARD_JUMP_THRESHOLD_MS", default_value = "1000", value_parser = parse_positive_ms)]
     pub forward_jump_threshold_ms: Duration,
+    /// etcd endpoints (comma-separated URLs); when given, the worker ID is leased from etcd
+    /// instead of --worker-id, and reservations live in etcd instead of --state-dir.
+    #[arg(long, env = "SNOWMINT_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// Key prefix in etcd.
+    #[arg(long, env = "SNOWMINT_ETCD_PREFIX", default_value = "/snowmint")]
+    pub etcd_prefix: String,
+    /// Lease TTL in seconds: an instance that cannot renew stops minting within it.
+    #[arg(long, env = "SNOWMINT_LEASE_TTL", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub lease_ttl: u64,
+    /// The slot to try first (default: the StatefulSet ordinal in the hostname, e.g. 3 in
+    /// snowmint-3).
+    #[arg(long, env = "SNOWMINT_PREFERRED_WORKER_ID")]
+    pub preferred_worker_id: Option<u32>,
+    /// CA certificate (PEM) to verify etcd with.
+    #[arg(long, env = "SNOWMINT_ETCD_CA")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd.
+    #[arg(long, env = "SNOWMINT_ETCD_CERT")]
+    pub etcd_cert: Option<PathBuf>,
+    /// Client key (PEM) for etcd.
+    #[arg(long, env = "SNOWMINT_ETCD_KEY")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user; the password is read only from SNOWMINT_ETCD_PASSWORD.
+    #[arg(long, env = "SNOWMINT_ETCD_USER")]
+    pub etcd_user: Option<String>,
+    /// How long the start may spend reaching etcd before giving up, in ms.
+    #[arg(long, env = "SNOWMINT_ETCD_START_TIMEOUT_MS", default_value = "30000", value_parser = parse_positive_ms)]
+    pub etcd_start_timeout_ms: Duration,
     /// On SIGTERM, how long calls in flight get to finish, in ms.
     #[arg(long, env = "SNOWMINT_SHUTDOWN_GRACE_MS", default_value = "5000", value_parser = parse_positive_ms)]
     pub shutdown_grace_ms: Duration,
@@ -121,7 +151,7 @@ impl ServeArgs {
     pub fn config(&self, now_ms: i64) -> Result<ServeConfig, String> {
         let layout = self.layout.layout();
         layout.validate_for_minting(now_ms).map_err(|e| format!("invalid layout: {e}"))?;
-        if u64::from(self.worker_id) > layout.max_worker() {
+        if self.etcd_endpoints.is_empty() && u64::from(self.worker_id) > layout.max_worker() {
             return Err(format!(
                 "--worker-id {} does not fit --worker-bits {} (maximum {})",
                 self.worker_id,
@@ -135,19 +165,81 @@ impl ServeArgs {
         if self.max_wait_ms.is_zero() {
             return Err("--max-wait-ms must be at least 1".into());
         }
-        Ok(ServeConfig {
-            worker: WorkerConfig::Standalone(StandaloneConfig {
+        let worker = if self.etcd_endpoints.is_empty() {
+            WorkerConfig::Standalone(StandaloneConfig {
                 state_dir: self.state_dir.clone(),
                 worker_id: self.worker_id,
                 window: self.reservation_window_ms,
                 layout: layout.clone(),
-            }),
+            })
+        } else {
+            WorkerConfig::Etcd(self.etcd_config(&layout)?)
+        };
+        Ok(ServeConfig {
+            worker,
             layout,
             max_batch: self.max_batch,
             max_clock_back: self.max_clock_back_ms,
             max_wait: self.max_wait_ms,
             forward_jump_threshold: self.forward_jump_threshold_ms,
             shutdown_grace: self.shutdown_grace_ms,
+        })
+    }
+}
+
+impl ServeArgs {
+    fn etcd_config(&self, layout: &Layout) -> Result<EtcdConfig, String> {
+        if self.etcd_endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err("--etcd-endpoints has an empty entry".into());
+        }
+        let prefix = self.etcd_prefix.trim_end_matches('/').to_string();
+        if !prefix.starts_with('/') {
+            return Err(format!("--etcd-prefix {:?} must start with /", self.etcd_prefix));
+        }
+        let hostname = hostname();
+        let preferred = match self.preferred_worker_id {
+            Some(id) if u64::from(id) > layout.max_worker() => {
+                return Err(format!(
+                    "--preferred-worker-id {id} does not fit --worker-bits {} (maximum {})",
+                    layout.worker_bits,
+                    layout.max_worker()
+                ));
+            }
+            Some(id) => Some(id),
+            None => ordinal_of(&hostname),
+        };
+        let uses_tls = self.etcd_endpoints.iter().any(|e| e.starts_with("https://"))
+            || self.etcd_ca.is_some()
+            || self.etcd_cert.is_some()
+            || self.etcd_key.is_some();
+        let tls = uses_tls.then(|| EtcdTls {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+        });
+        if uses_tls && self.etcd_ca.is_none() {
+            return Err("TLS to etcd needs --etcd-ca (the CA that signed the etcd server certificates)".into());
+        }
+        if self.etcd_cert.is_some() != self.etcd_key.is_some() {
+            return Err("--etcd-cert and --etcd-key go together".into());
+        }
+        let password = std::env::var("SNOWMINT_ETCD_PASSWORD").ok();
+        let user = match (&self.etcd_user, password) {
+            (Some(user), Some(password)) => Some((user.clone(), password)),
+            (Some(_), None) => return Err("--etcd-user needs the password in SNOWMINT_ETCD_PASSWORD".into()),
+            (None, _) => None,
+        };
+        Ok(EtcdConfig {
+            endpoints: self.etcd_endpoints.clone(),
+            prefix,
+            lease_ttl: Duration::from_secs(self.lease_ttl),
+            preferred_worker_id: preferred,
+            hostname,
+            window: self.reservation_window_ms,
+            layout: layout.clone(),
+            tls,
+            user,
+            start_timeout: self.etcd_start_timeout_ms,
         })
     }
 }

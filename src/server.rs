@@ -31,6 +31,7 @@ pub const SERVICE_NAME: &str = "snowmint.v1.IdService";
 #[derive(Debug, Clone)]
 pub enum WorkerConfig {
     Standalone(worker::standalone::StandaloneConfig),
+    Etcd(worker::etcd::EtcdConfig),
 }
 
 /// Everything `run` needs, validated by the caller's parsing except what needs the clock.
@@ -77,6 +78,7 @@ pub async fn run(
         WorkerConfig::Standalone(standalone) => {
             worker::standalone::start(standalone.clone(), clock.clone(), metrics.clone()).await?
         }
+        WorkerConfig::Etcd(etcd) => worker::etcd::start(etcd.clone(), clock.clone(), metrics.clone()).await?,
     };
     // Stopped only once the gRPC server is done with the calls in flight.
     let stop_minter = CancellationToken::new();

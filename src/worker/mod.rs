@@ -6,6 +6,7 @@
 //! floor below which a previous holder may have minted, how far the durable reservation
 //! reaches, and (etcd) the monotonic deadline past which the lease may be gone.
 
+pub mod etcd;
 pub mod standalone;
 
 use std::sync::Arc;
@@ -53,6 +54,12 @@ pub enum WorkerError {
     StateLocked { dir: String, worker_id: u32, lock: String },
     #[error("layout mismatch: {saved_at} records \"{saved}\" but this instance is configured with \"{configured}\"")]
     LayoutMismatch { saved_at: String, saved: String, configured: String },
+    #[error(
+        "every worker slot under {prefix} is taken ({slots} slots for {worker_bits} worker bits); stop an instance or widen --worker-bits on a new prefix"
+    )]
+    AllSlotsTaken { prefix: String, slots: u64, worker_bits: u8 },
+    #[error("{0}")]
+    Etcd(String),
     #[error("worker id {worker_id} does not fit {worker_bits} worker bits (maximum {max})")]
     WorkerOutOfRange { worker_id: u64, worker_bits: u8, max: u64 },
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -250,4 +252,70 @@ pub async fn next_id_eventually(client: &mut IdServiceClient<Channel>, limit: Du
             }
         }
     }
+}
+
+/// What a hammering client saw: every ID it was given, and when each call ended how.
+#[derive(Debug, Default)]
+pub struct HammerLog {
+    pub ids: Vec<u64>,
+    /// (when the call ended, how long it took, its code)
+    pub calls: Vec<(std::time::Instant, Duration, tonic::Code)>,
+}
+
+impl HammerLog {
+    /// The last successful call's end.
+    pub fn last_ok_before(&self, t: std::time::Instant) -> Option<std::time::Instant> {
+        self.calls.iter().filter(|(end, _, code)| *code == tonic::Code::Ok && *end < t).map(|c| c.0).max()
+    }
+
+    /// The first call after `t` that ended with `code`.
+    pub fn first_after(&self, t: std::time::Instant, code: tonic::Code) -> Option<std::time::Instant> {
+        self.calls.iter().filter(|(end, _, c)| *c == code && *end > t).map(|c| c.0).min()
+    }
+}
+
+/// Calls NextId and BatchIds(100) in turn against `addr` until `stop` is set, each call
+/// with a 500 ms deadline, keeping every ID and every call's outcome.
+pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<HammerLog> {
+    use snowmint::proto::{BatchIdsRequest, NextIdRequest};
+    tokio::spawn(async move {
+        let mut log = HammerLog::default();
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(500));
+        let mut client = IdServiceClient::new(endpoint.connect_lazy());
+        let mut round = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            round += 1;
+            let start = std::time::Instant::now();
+            let code = if round.is_multiple_of(2) {
+                let mut request = tonic::Request::new(NextIdRequest {});
+                request.set_timeout(Duration::from_millis(500));
+                match client.next_id(request).await {
+                    Ok(r) => {
+                        log.ids.push(r.into_inner().id);
+                        tonic::Code::Ok
+                    }
+                    Err(s) => s.code(),
+                }
+            } else {
+                let mut request = tonic::Request::new(BatchIdsRequest { count: 100 });
+                request.set_timeout(Duration::from_millis(500));
+                match client.batch_ids(request).await {
+                    Ok(r) => {
+                        let ids = r.into_inner().ids;
+                        assert_eq!(ids.len(), 100);
+                        log.ids.extend(ids);
+                        tonic::Code::Ok
+                    }
+                    Err(s) => s.code(),
+                }
+            };
+            log.calls.push((std::time::Instant::now(), start.elapsed(), code));
+            if code != tonic::Code::Ok {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        log
+    })
 }

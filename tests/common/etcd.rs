@@ -1,0 +1,171 @@
+//! A real etcd (Debian's `etcd-server`) for tests: one node or a cluster of several members
+//! on free loopback ports, each with a temp data dir; members can be killed, paused and
+//! resumed. Every process is killed when the cluster is dropped.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The etcd binary: `ETCD_BIN`, or `etcd` on the PATH.
+fn etcd_binary() -> String {
+    std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into())
+}
+
+pub struct Member {
+    pub name: String,
+    pub client_url: String,
+    pub peer_url: String,
+    data_dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct EtcdCluster {
+    pub members: Vec<Member>,
+    initial_cluster: String,
+    _dir: tempfile::TempDir,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members and waits until the cluster answers.
+    pub async fn start(n: usize) -> EtcdCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_url: format!("http://127.0.0.1:{}", free_port()),
+                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                data_dir: dir.path().join(format!("m{i}")),
+                child: None,
+            })
+            .collect();
+        let initial_cluster =
+            members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",");
+        let mut cluster = EtcdCluster { members: Vec::new(), initial_cluster, _dir: dir };
+        for member in &mut members {
+            member.child = Some(cluster.spawn(member));
+        }
+        cluster.members = members;
+        cluster.wait_healthy(Duration::from_secs(30)).await;
+        cluster
+    }
+
+    fn spawn(&self, member: &Member) -> Child {
+        Command::new(etcd_binary())
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(&member.data_dir)
+            .args(["--listen-client-urls", &member.client_url, "--advertise-client-urls", &member.client_url])
+            .args(["--listen-peer-urls", &member.peer_url, "--initial-advertise-peer-urls", &member.peer_url])
+            .args(["--initial-cluster", &self.initial_cluster, "--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "snowmint-test"])
+            // Fast elections, so a lost leader is replaced within about a second.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--log-level", "error", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd (Debian package etcd-server; scripts/check installs it)")
+    }
+
+    /// All client URLs, comma-separated, as `--etcd-endpoints` takes them.
+    pub fn endpoints(&self) -> String {
+        self.members.iter().map(|m| m.client_url.as_str()).collect::<Vec<_>>().join(",")
+    }
+
+    /// A client to the live members.
+    pub async fn client(&self) -> etcd_client::Client {
+        let live: Vec<&str> =
+            self.members.iter().filter(|m| m.child.is_some()).map(|m| m.client_url.as_str()).collect();
+        let options = etcd_client::ConnectOptions::new()
+            .with_timeout(Duration::from_secs(2))
+            .with_connect_timeout(Duration::from_secs(2));
+        etcd_client::Client::connect(live, Some(options)).await.expect("etcd client")
+    }
+
+    /// Waits until every live member reports a leader.
+    pub async fn wait_healthy(&self, limit: Duration) {
+        let start = Instant::now();
+        for member in self.members.iter().filter(|m| m.child.is_some()) {
+            loop {
+                let ok = async {
+                    let options = etcd_client::ConnectOptions::new()
+                        .with_timeout(Duration::from_millis(500))
+                        .with_connect_timeout(Duration::from_millis(500));
+                    let mut client = etcd_client::Client::connect([&member.client_url], Some(options)).await.ok()?;
+                    let status = client.status().await.ok()?;
+                    (status.leader() != 0).then_some(())
+                }
+                .await;
+                if ok.is_some() {
+                    break;
+                }
+                assert!(start.elapsed() < limit, "etcd member {} not healthy within {limit:?}", member.name);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// The index of the current leader.
+    pub async fn leader(&self) -> usize {
+        for (i, member) in self.members.iter().enumerate().filter(|(_, m)| m.child.is_some()) {
+            let options = etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1));
+            let Ok(mut client) = etcd_client::Client::connect([&member.client_url], Some(options)).await else {
+                continue;
+            };
+            if let Ok(status) = client.status().await
+                && status.leader() == status.header().map(|h| h.member_id()).unwrap_or(0)
+            {
+                return i;
+            }
+        }
+        panic!("no leader found");
+    }
+
+    /// kill -9 of member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        if let Some(child) = &self.members[i].child {
+            let status = Command::new("kill").args(["-s", signal, &child.id().to_string()]).status().unwrap();
+            assert!(status.success());
+        }
+    }
+
+    /// SIGSTOP to every member.
+    pub fn pause_all(&self) {
+        (0..self.members.len()).for_each(|i| self.signal(i, "STOP"));
+    }
+
+    /// SIGCONT to every member.
+    pub fn resume_all(&self) {
+        (0..self.members.len()).for_each(|i| self.signal(i, "CONT"));
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            if let Some(mut child) = member.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// The value at `key`, if any.
+pub async fn get(client: &mut etcd_client::Client, key: &str) -> Option<Vec<u8>> {
+    client.get(key, None).await.unwrap().kvs().first().map(|kv| kv.value().to_vec())
+}

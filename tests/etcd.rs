@@ -1,0 +1,280 @@
+//! etcd mode against a real etcd (one node, or three members on loopback), with the real
+//! binary. Every test collects every ID it was given and asserts there is no duplicate.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::etcd::{EtcdCluster, get};
+use common::{Process, assert_increasing, assert_unique, hammer, metric_value, next_id_eventually, run_binary};
+use snowmint::layout::Layout;
+use snowmint::proto::BatchIdsRequest;
+
+fn layout() -> Layout {
+    Layout::default_snowmint()
+}
+
+/// `snowmint serve` in etcd mode with `extra` flags.
+fn serve(cluster: &EtcdCluster, prefix: &str, extra: &[&str]) -> Process {
+    let endpoints = cluster.endpoints();
+    let mut args = vec!["--etcd-endpoints", &endpoints, "--etcd-prefix", prefix, "--lease-ttl", "3"];
+    args.extend_from_slice(extra);
+    Process::serve(&args)
+}
+
+/// Mints a batch through `process` (waiting until it serves) and returns the IDs.
+async fn mint(process: &Process, count: u32) -> Vec<u64> {
+    let mut client = process.client().await;
+    let mut ids = vec![next_id_eventually(&mut client, Duration::from_secs(20)).await];
+    ids.extend(client.batch_ids(BatchIdsRequest { count }).await.unwrap().into_inner().ids);
+    assert_increasing(&ids);
+    ids
+}
+
+fn worker_of(id: u64) -> u64 {
+    layout().unpack(id).worker
+}
+
+/// The saved reservation of slot `id` under `prefix`, in Unix ms.
+async fn reservation(client: &mut etcd_client::Client, prefix: &str, id: u64) -> i64 {
+    let value = get(client, &format!("{prefix}/reservations/{id}")).await.expect("reservation exists");
+    serde_json::from_slice::<serde_json::Value>(&value).unwrap()["reserved_until_ms"].as_i64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_started_at_once_get_distinct_workers() {
+    let cluster = EtcdCluster::start(1).await;
+    let endpoints = cluster.endpoints();
+    let starts: Vec<_> = (0..6)
+        .map(|_| {
+            let endpoints = endpoints.clone();
+            std::thread::spawn(move || {
+                Process::serve(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/many", "--lease-ttl", "3"])
+            })
+        })
+        .collect();
+    let processes: Vec<Process> = starts.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut all = Vec::new();
+    let mut workers = Vec::new();
+    for process in &processes {
+        let ids = mint(process, 2_000).await;
+        let worker = worker_of(ids[0]);
+        assert!(ids.iter().all(|&id| worker_of(id) == worker));
+        let metrics = common::http_get(process.admin, "/metrics").await.1;
+        assert_eq!(metric_value(&metrics, "snowmint_worker_id"), worker as f64);
+        assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
+        workers.push(worker);
+        all.extend(ids);
+    }
+    workers.sort_unstable();
+    workers.dedup();
+    assert_eq!(workers.len(), 6, "workers not distinct: {workers:?}");
+    assert!(workers.iter().all(|&w| w < 6), "the lowest free slots are taken first: {workers:?}");
+    assert_unique(&all);
+}
+
+#[tokio::test]
+async fn a_killed_instances_slot_is_reused_only_after_its_lease_and_past_its_reservation() {
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let a = serve(&cluster, "/killed", &["--preferred-worker-id", "7"]);
+    let mut all = mint(&a, 5_000).await;
+    assert_eq!(worker_of(all[0]), 7);
+    a.signal("KILL");
+    drop(a);
+    let saved = reservation(&mut etcd, "/killed", 7).await;
+
+    // While the dead instance's lease lives, its slot is not handed out.
+    let b = serve(&cluster, "/killed", &["--preferred-worker-id", "7"]);
+    let b_ids = mint(&b, 100).await;
+    assert_ne!(worker_of(b_ids[0]), 7, "slot 7 reused before the lease expired");
+    all.extend(b_ids);
+
+    // Once the lease expires, the key goes; the next claimant mints only past the saved
+    // reservation.
+    let start = Instant::now();
+    while get(&mut etcd, "/killed/workers/7").await.is_some() {
+        assert!(start.elapsed() < Duration::from_secs(10), "lease never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let c = serve(&cluster, "/killed", &["--preferred-worker-id", "7"]);
+    let c_ids = mint(&c, 5_000).await;
+    assert_eq!(worker_of(c_ids[0]), 7);
+    let first_ms = layout().tick_start_ms(layout().unpack(c_ids[0]).tick);
+    assert!(first_ms > saved, "the new holder minted at {first_ms}, not past the reservation {saved}");
+    all.extend(c_ids);
+    assert_unique(&all);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
+    let cluster = EtcdCluster::start(3).await;
+    // Reservations reach 6 s ahead: past the TTL, so what fences minting here is the lease
+    // deadline, not the reservation running out.
+    let instances: Vec<Process> =
+        (0..2).map(|_| serve(&cluster, "/paused", &["--reservation-window-ms", "6000"])).collect();
+    for instance in &instances {
+        mint(instance, 10).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammers: Vec<_> = instances.iter().map(|p| hammer(p.grpc, stop.clone())).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let paused = Instant::now();
+    cluster.pause_all();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.resume_all();
+    let resumed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut all = Vec::new();
+    for (i, task) in hammers.into_iter().enumerate() {
+        let log = task.await.unwrap();
+        // Fenced within the TTL (3 s): no call succeeded later than that while paused.
+        let last_ok = log.last_ok_before(resumed).expect("minted before the pause");
+        let fenced_after = last_ok.saturating_duration_since(paused);
+        eprintln!("instance {i}: last ID {fenced_after:?} after the pause");
+        assert!(fenced_after <= Duration::from_secs(3), "instance {i} minted {fenced_after:?} into the pause");
+        // Refusals were UNAVAILABLE, each answered within its 500 ms deadline.
+        for (end, took, code) in log.calls.iter().filter(|c| c.0 > paused && c.0 < resumed) {
+            assert!(
+                matches!(code, tonic::Code::Ok | tonic::Code::Unavailable),
+                "{code:?} at {:?}",
+                end.duration_since(paused)
+            );
+            assert!(*took < Duration::from_millis(600), "a call took {took:?}");
+        }
+        let recovered = log.first_after(resumed, tonic::Code::Ok).expect("minting resumed after SIGCONT");
+        eprintln!("instance {i}: minting again {:?} after SIGCONT", recovered.duration_since(resumed));
+        assert!(recovered.duration_since(resumed) < Duration::from_secs(6));
+        assert_increasing(&log.ids);
+        all.extend(log.ids);
+    }
+    assert_unique(&all);
+    for instance in &instances {
+        let metrics = common::http_get(instance.admin, "/metrics").await.1;
+        assert!(metric_value(&metrics, r#"snowmint_lease_renewals_total{result="failed"}"#) >= 1.0);
+        assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_etcd_leader_is_survived() {
+    let mut cluster = EtcdCluster::start(3).await;
+    let instances: Vec<Process> = (0..2).map(|_| serve(&cluster, "/leader", &[])).collect();
+    for instance in &instances {
+        mint(instance, 10).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammers: Vec<_> = instances.iter().map(|p| hammer(p.grpc, stop.clone())).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let leader = cluster.leader().await;
+    let killed = Instant::now();
+    cluster.kill(leader);
+    // Several renewals and reservation writes later, with a dead member still listed.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for (i, task) in hammers.into_iter().enumerate() {
+        let log = task.await.unwrap();
+        // Minting went on: in every second after the first one, some call succeeded.
+        for second in 1..7 {
+            let from = killed + Duration::from_secs(second);
+            let ok = log
+                .calls
+                .iter()
+                .any(|(end, _, code)| *code == tonic::Code::Ok && *end >= from && *end < from + Duration::from_secs(1));
+            assert!(ok, "instance {i} minted nothing in second {second} after the leader died");
+        }
+        assert_increasing(&log.ids);
+        all.extend(log.ids);
+    }
+    assert_unique(&all);
+    for instance in &instances {
+        let metrics = common::http_get(instance.admin, "/metrics").await.1;
+        assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
+        assert_eq!(metric_value(&metrics, "snowmint_minting"), 1.0);
+    }
+}
+
+#[tokio::test]
+async fn every_slot_taken_exits_with_a_clear_line() {
+    let cluster = EtcdCluster::start(1).await;
+    let a = serve(&cluster, "/full", &["--worker-bits", "1"]);
+    let b = serve(&cluster, "/full", &["--worker-bits", "1"]);
+    let mut all = mint(&a, 100).await;
+    all.extend(mint(&b, 100).await);
+    let endpoints = cluster.endpoints();
+    let (code, _, stderr) = run_binary(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-prefix",
+        "/full",
+        "--worker-bits",
+        "1",
+    ]);
+    assert_ne!(code, 0);
+    let last = stderr.lines().last().unwrap();
+    assert!(last.contains("/full/workers/") && last.contains("2 slots"), "{stderr}");
+    assert_unique(&all);
+}
+
+#[tokio::test]
+async fn a_different_layout_is_refused() {
+    let cluster = EtcdCluster::start(1).await;
+    let a = serve(&cluster, "/layout", &[]);
+    let ids = mint(&a, 10).await;
+    assert_unique(&ids);
+    let endpoints = cluster.endpoints();
+    let (code, _, stderr) = run_binary(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-prefix",
+        "/layout",
+        "--sequence-bits",
+        "11",
+    ]);
+    assert_ne!(code, 0);
+    let last = stderr.lines().last().unwrap();
+    assert!(last.contains("layout mismatch") && last.contains("/layout/layout"), "{stderr}");
+    assert!(last.contains("12 sequence bits") && last.contains("11 sequence bits"), "{stderr}");
+}
+
+#[tokio::test]
+async fn sigterm_frees_the_slot_at_once() {
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let started = Instant::now();
+    let mut a = serve(&cluster, "/term", &["--preferred-worker-id", "4"]);
+    let mut all = mint(&a, 1).await;
+    eprintln!("etcd mode: first ID {:?} after the process started", started.elapsed());
+    all.extend(mint(&a, 5_000).await);
+    assert_eq!(worker_of(all[0]), 4);
+    a.signal("TERM");
+    assert!(a.wait(Duration::from_secs(10)).await.success());
+    assert_eq!(get(&mut etcd, "/term/workers/4").await, None, "the slot is free at once");
+    let last_ms = layout().tick_end_ms(layout().unpack(*all.last().unwrap()).tick);
+    assert_eq!(reservation(&mut etcd, "/term", 4).await, last_ms, "the final reservation is the last tick used");
+
+    let started = Instant::now();
+    let b = serve(&cluster, "/term", &["--preferred-worker-id", "4"]);
+    let b_ids = mint(&b, 5_000).await;
+    eprintln!("slot hand-over: first ID {:?} after the next process started", started.elapsed());
+    assert_eq!(worker_of(b_ids[0]), 4, "the next instance takes the freed slot");
+    all.extend(b_ids);
+    assert_increasing(&all);
+    assert_unique(&all);
+}
