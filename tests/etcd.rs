@@ -278,3 +278,85 @@ async fn sigterm_frees_the_slot_at_once() {
     assert_increasing(&all);
     assert_unique(&all);
 }
+
+#[tokio::test]
+async fn tls_with_client_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = common::tls::TestCa::new(dir.path(), "etcd-ca");
+    let server = ca.issue("etcd-server");
+    let client = ca.issue("snowmint");
+    let cluster = EtcdCluster::start_with(1, Some((ca.ca.clone(), server))).await;
+    let endpoints = cluster.endpoints();
+    assert!(endpoints.starts_with("https://"));
+    let (ca_path, cert, key) = (ca.ca.to_str().unwrap(), client.cert.to_str().unwrap(), client.key.to_str().unwrap());
+    let a = serve(&cluster, "/tls", &["--etcd-ca", ca_path, "--etcd-cert", cert, "--etcd-key", key]);
+    let ids = mint(&a, 1_000).await;
+    assert_unique(&ids);
+
+    // Without a client certificate etcd refuses the connection, and the start says so.
+    let (code, _, stderr) = run_binary(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-ca",
+        ca_path,
+        "--etcd-start-timeout-ms",
+        "2000",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.lines().last().unwrap().contains("cannot reach etcd"), "{stderr}");
+}
+
+#[tokio::test]
+async fn user_authentication_with_the_password_from_the_environment_only() {
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    etcd.user_add("root", "s3cret-root", None).await.unwrap();
+    etcd.user_grant_role("root", "root").await.unwrap();
+    etcd.auth_enable().await.unwrap();
+    let endpoints = cluster.endpoints();
+    let base = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-start-timeout-ms",
+        "2000",
+    ];
+
+    // The password comes from SNOWMINT_ETCD_PASSWORD, never a flag.
+    let mut command = std::process::Command::new(common::binary());
+    command.env("SNOWMINT_ETCD_PASSWORD", "s3cret-root").env("SNOWMINT_ETCD_USER", "root");
+    let mut process = Process::serve_with(command, &["--etcd-endpoints", &endpoints, "--lease-ttl", "3"]);
+    let ids = mint(&process, 1_000).await;
+    assert_unique(&ids);
+    process.signal("TERM");
+    assert!(process.wait(Duration::from_secs(10)).await.success());
+    let logs = process.drain_logs().join("\n");
+    assert!(!logs.contains("s3cret-root"), "the password reached a log line");
+
+    let (code, _, stderr) = run_binary(&[&base[..], &["--etcd-user", "root"]].concat());
+    assert_ne!(code, 0);
+    assert!(stderr.contains("SNOWMINT_ETCD_PASSWORD"), "{stderr}");
+    let (code, _, stderr) = run_binary(&[&base[..], &["--etcd-password", "x"]].concat());
+    assert_ne!(code, 0, "there is no password flag");
+    assert!(stderr.contains("--etcd-password"), "{stderr}");
+
+    let output = std::process::Command::new(common::binary())
+        .args(base)
+        .args(["--etcd-user", "root"])
+        .env("SNOWMINT_ETCD_PASSWORD", "wrong")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.lines().last().unwrap().contains("authentication failed"), "{stderr}");
+    assert!(!stderr.contains("wrong"), "{stderr}");
+}

@@ -132,7 +132,7 @@ impl Etcd {
             .with_timeout(call_timeout)
             .with_keep_alive(Duration::from_secs(2), call_timeout);
         if let Some((user, password)) = &config.user {
-            options = options.with_user(user.clone(), password.clone());
+            options = options.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
         }
         if let Some(tls) = &config.tls {
             options = options.with_tls(tls_options(tls)?);

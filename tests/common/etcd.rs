@@ -28,17 +28,26 @@ pub struct Member {
 pub struct EtcdCluster {
     pub members: Vec<Member>,
     initial_cluster: String,
+    /// Client TLS: (CA, server certificate) when clients must speak TLS with certificates.
+    tls: Option<(PathBuf, super::tls::CertFiles)>,
     _dir: tempfile::TempDir,
 }
 
 impl EtcdCluster {
     /// Starts `n` members and waits until the cluster answers.
     pub async fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_with(n, None).await
+    }
+
+    /// Like [`EtcdCluster::start`]; with `tls` (CA, server certificate) clients must connect
+    /// over https with a certificate the CA signed.
+    pub async fn start_with(n: usize, tls: Option<(PathBuf, super::tls::CertFiles)>) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let mut members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client_url: format!("http://127.0.0.1:{}", free_port()),
+                client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
                 peer_url: format!("http://127.0.0.1:{}", free_port()),
                 data_dir: dir.path().join(format!("m{i}")),
                 child: None,
@@ -46,7 +55,7 @@ impl EtcdCluster {
             .collect();
         let initial_cluster =
             members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",");
-        let mut cluster = EtcdCluster { members: Vec::new(), initial_cluster, _dir: dir };
+        let mut cluster = EtcdCluster { members: Vec::new(), initial_cluster, tls, _dir: dir };
         for member in &mut members {
             member.child = Some(cluster.spawn(member));
         }
@@ -56,7 +65,18 @@ impl EtcdCluster {
     }
 
     fn spawn(&self, member: &Member) -> Child {
-        Command::new(etcd_binary())
+        let mut command = Command::new(etcd_binary());
+        if let Some((ca, server)) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&server.cert)
+                .arg("--key-file")
+                .arg(&server.key)
+                .arg("--trusted-ca-file")
+                .arg(ca)
+                .arg("--client-cert-auth");
+        }
+        command
             .args(["--name", &member.name])
             .arg("--data-dir")
             .arg(&member.data_dir)
@@ -79,14 +99,27 @@ impl EtcdCluster {
         self.members.iter().map(|m| m.client_url.as_str()).collect::<Vec<_>>().join(",")
     }
 
+    /// Connect options for tests' own clients, with a client certificate under TLS.
+    fn options(&self, timeout: Duration) -> etcd_client::ConnectOptions {
+        let options = etcd_client::ConnectOptions::new().with_timeout(timeout).with_connect_timeout(timeout);
+        match &self.tls {
+            None => options,
+            Some((ca, server)) => options.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(std::fs::read(ca).unwrap()))
+                    .identity(etcd_client::Identity::from_pem(
+                        std::fs::read(&server.cert).unwrap(),
+                        std::fs::read(&server.key).unwrap(),
+                    )),
+            ),
+        }
+    }
+
     /// A client to the live members.
     pub async fn client(&self) -> etcd_client::Client {
         let live: Vec<&str> =
             self.members.iter().filter(|m| m.child.is_some()).map(|m| m.client_url.as_str()).collect();
-        let options = etcd_client::ConnectOptions::new()
-            .with_timeout(Duration::from_secs(2))
-            .with_connect_timeout(Duration::from_secs(2));
-        etcd_client::Client::connect(live, Some(options)).await.expect("etcd client")
+        etcd_client::Client::connect(live, Some(self.options(Duration::from_secs(2)))).await.expect("etcd client")
     }
 
     /// Waits until every live member reports a leader.
@@ -95,9 +128,7 @@ impl EtcdCluster {
         for member in self.members.iter().filter(|m| m.child.is_some()) {
             loop {
                 let ok = async {
-                    let options = etcd_client::ConnectOptions::new()
-                        .with_timeout(Duration::from_millis(500))
-                        .with_connect_timeout(Duration::from_millis(500));
+                    let options = self.options(Duration::from_millis(500));
                     let mut client = etcd_client::Client::connect([&member.client_url], Some(options)).await.ok()?;
                     let status = client.status().await.ok()?;
                     (status.leader() != 0).then_some(())
@@ -115,7 +146,7 @@ impl EtcdCluster {
     /// The index of the current leader.
     pub async fn leader(&self) -> usize {
         for (i, member) in self.members.iter().enumerate().filter(|(_, m)| m.child.is_some()) {
-            let options = etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1));
+            let options = self.options(Duration::from_secs(1));
             let Ok(mut client) = etcd_client::Client::connect([&member.client_url], Some(options)).await else {
                 continue;
             };

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
