@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Where standalone mode keeps its reservation state.
     #[arg(long, env = "SNOWMINT_STATE_DIR", default_value = "snowmint-state")]
     pub state_dir: PathBuf,
+    /// Start even though this worker's state file is missing from a state dir it used
+    /// before (for after a deliberate reset, with the host clock known to be right).
+    #[arg(long, env = "SNOWMINT_ACCEPT_MISSING_STATE")]
+    pub accept_missing_state: bool,
     #[command(flatten)]
     pub layout: LayoutArgs,
     /// The largest BatchIds count accepted.
@@ -171,6 +175,7 @@ impl ServeArgs {
                 worker_id: self.worker_id,
                 window: self.reservation_window_ms,
                 layout: layout.clone(),
+                accept_missing_state: self.accept_missing_state,
             })
         } else {
             WorkerConfig::Etcd(self.etcd_config(&layout)?)

@@ -50,6 +50,10 @@ pub enum WorkerError {
         "state file {path} is corrupt ({reason}); it is never reset automatically: inspect it, and remove it only if no other instance used worker {worker_id} with a clock ahead of this one"
     )]
     StateCorrupt { path: String, reason: String, worker_id: u32 },
+    #[error(
+        "state file {path} is missing, but worker {worker_id} ran in this state dir before: the IDs it minted may not be covered; if the host clock is right (past every ID this worker minted), start once with --accept-missing-state"
+    )]
+    StateMissing { path: String, worker_id: u32 },
     #[error("state dir {dir} is in use by another snowmint process for worker {worker_id} (lock {lock})")]
     StateLocked { dir: String, worker_id: u32, lock: String },
     #[error("layout mismatch: {saved_at} records \"{saved}\" but this instance is configured with \"{configured}\"")]

@@ -50,13 +50,21 @@ pub struct StateFile {
 impl StateFile {
     /// Locks and reads the state of `worker_id` in `dir` (created if missing). `None` when
     /// there is no state file yet.
-    pub fn open(dir: &Path, worker_id: u32) -> Result<(StateFile, Option<SavedState>), WorkerError> {
+    ///
+    /// A state file missing from a dir this worker used before (its lock file is there) is
+    /// an error unless `accept_missing`: the IDs minted before may not be covered.
+    pub fn open(
+        dir: &Path,
+        worker_id: u32,
+        accept_missing: bool,
+    ) -> Result<(StateFile, Option<SavedState>), WorkerError> {
         let io = |path: &Path| {
             let path = path.display().to_string();
             move |source| WorkerError::StateIo { path, source }
         };
         fs::create_dir_all(dir).map_err(io(dir))?;
         let lock_path = dir.join(format!("worker-{worker_id}.lock"));
+        let used_before = lock_path.exists();
         let lock =
             OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
         match lock.try_lock() {
@@ -73,6 +81,9 @@ impl StateFile {
         let path = dir.join(format!("worker-{worker_id}.json"));
         let file = StateFile { dir: dir.to_path_buf(), path, worker_id, _lock: lock };
         let saved = file.read()?;
+        if saved.is_none() && used_before && !accept_missing {
+            return Err(WorkerError::StateMissing { path: file.path.display().to_string(), worker_id });
+        }
         Ok((file, saved))
     }
 
@@ -122,6 +133,8 @@ pub struct StandaloneConfig {
     /// How far ahead of the clock reservations reach.
     pub window: Duration,
     pub layout: Layout,
+    /// Start even though the state file of a worker that ran here before is missing.
+    pub accept_missing_state: bool,
 }
 
 fn saved_state(config: &StandaloneConfig, reserved_until_ms: i64, now_ms: i64) -> SavedState {
@@ -149,7 +162,7 @@ pub async fn start(
             max,
         });
     }
-    let (file, saved) = StateFile::open(&config.state_dir, config.worker_id)?;
+    let (file, saved) = StateFile::open(&config.state_dir, config.worker_id, config.accept_missing_state)?;
     let floor_ms = match &saved {
         Some(saved) if saved.layout != config.layout => {
             return Err(WorkerError::LayoutMismatch {
@@ -274,29 +287,44 @@ mod tests {
             worker_id: 3,
             window: Duration::from_secs(3),
             layout: Layout::default_snowmint(),
+            accept_missing_state: false,
         }
     }
 
     #[test]
     fn write_then_read_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let (file, saved) = StateFile::open(dir.path(), 3).unwrap();
+        let (file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved, None);
         let state = saved_state(&config(dir.path()), 1_800_000_000_000, 1_799_999_997_000);
         file.write(&state).unwrap();
         drop(file);
-        let (_file, saved) = StateFile::open(dir.path(), 3).unwrap();
+        let (_file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved, Some(state));
     }
 
     #[test]
     fn a_second_process_cannot_take_the_same_worker_state() {
         let dir = tempfile::tempdir().unwrap();
-        let (_held, _) = StateFile::open(dir.path(), 3).unwrap();
-        let err = StateFile::open(dir.path(), 3).unwrap_err();
+        let (_held, _) = StateFile::open(dir.path(), 3, false).unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
         assert!(matches!(err, WorkerError::StateLocked { worker_id: 3, .. }), "{err}");
         // Another worker's state in the same dir is independent.
-        StateFile::open(dir.path(), 4).unwrap();
+        StateFile::open(dir.path(), 4, false).unwrap();
+    }
+
+    #[test]
+    fn a_state_file_missing_from_a_used_dir_stops_the_start_unless_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, _) = StateFile::open(dir.path(), 3, false).unwrap();
+        file.write(&saved_state(&config(dir.path()), 1_800_000_000_000, 1_799_999_997_000)).unwrap();
+        drop(file);
+        fs::remove_file(dir.path().join("worker-3.json")).unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, WorkerError::StateMissing { worker_id: 3, .. }), "{err}");
+        assert!(err.to_string().contains("--accept-missing-state"), "{err}");
+        let (_, saved) = StateFile::open(dir.path(), 3, true).unwrap();
+        assert_eq!(saved, None);
     }
 
     #[test]
@@ -305,7 +333,7 @@ mod tests {
         let path = dir.path().join("worker-3.json");
         for content in ["", "{\"version\":1,", "not json", "{\"version\":9}"] {
             fs::write(&path, content).unwrap();
-            let err = StateFile::open(dir.path(), 3).unwrap_err();
+            let err = StateFile::open(dir.path(), 3, false).unwrap_err();
             assert!(matches!(err, WorkerError::StateCorrupt { .. }), "{content:?}: {err}");
             assert!(err.to_string().contains("never reset"), "{err}");
         }

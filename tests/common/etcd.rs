@@ -167,6 +167,14 @@ impl EtcdCluster {
         }
     }
 
+    /// Starts a killed member again, on its data dir.
+    pub fn restart(&mut self, i: usize) {
+        if self.members[i].child.is_none() {
+            let child = self.spawn(&self.members[i]);
+            self.members[i].child = Some(child);
+        }
+    }
+
     fn signal(&self, i: usize, signal: &str) {
         if let Some(child) = &self.members[i].child {
             let status = Command::new("kill").args(["-s", signal, &child.id().to_string()]).status().unwrap();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod fleet;
 pub mod tls;
 
 use std::io::{BufRead, BufReader};
@@ -32,6 +33,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
             worker_id: 5,
             window: Duration::from_secs(3),
             layout: layout.clone(),
+            accept_missing_state: false,
         }),
         layout,
         max_batch: 65_536,
@@ -264,9 +266,14 @@ pub struct HammerLog {
 }
 
 impl HammerLog {
-    /// The last successful call's end.
-    pub fn last_ok_before(&self, t: std::time::Instant) -> Option<std::time::Instant> {
-        self.calls.iter().filter(|(end, _, code)| *code == tonic::Code::Ok && *end < t).map(|c| c.0).max()
+    /// The start of the last successful call that started before `t`.
+    pub fn last_ok_started_before(&self, t: std::time::Instant) -> Option<std::time::Instant> {
+        self.calls
+            .iter()
+            .map(|(end, took, code)| (*end - *took, code))
+            .filter(|(start, code)| **code == tonic::Code::Ok && *start < t)
+            .map(|(start, _)| start)
+            .max()
     }
 
     /// The first call after `t` that ended with `code`.
@@ -278,9 +285,24 @@ impl HammerLog {
 /// Calls NextId and BatchIds(100) in turn against `addr` until `stop` is set, each call
 /// with a 500 ms deadline, keeping every ID and every call's outcome.
 pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<HammerLog> {
+    let log = Arc::new(std::sync::Mutex::new(HammerLog::default()));
+    let task = hammer_into(addr, stop, log.clone(), Duration::ZERO);
+    tokio::spawn(async move {
+        task.await.unwrap();
+        std::mem::take(&mut *log.lock().unwrap())
+    })
+}
+
+/// Like [`hammer`], recording into `log` as it goes, so a test can watch it live, and
+/// pausing `pace` between calls.
+pub fn hammer_into(
+    addr: SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    log: Arc<std::sync::Mutex<HammerLog>>,
+    pace: Duration,
+) -> tokio::task::JoinHandle<()> {
     use snowmint::proto::{BatchIdsRequest, NextIdRequest};
     tokio::spawn(async move {
-        let mut log = HammerLog::default();
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect_timeout(Duration::from_millis(500));
@@ -289,15 +311,12 @@ pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tok
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             round += 1;
             let start = std::time::Instant::now();
-            let code = if round.is_multiple_of(2) {
+            let (ids, code) = if round.is_multiple_of(2) {
                 let mut request = tonic::Request::new(NextIdRequest {});
                 request.set_timeout(Duration::from_millis(500));
                 match client.next_id(request).await {
-                    Ok(r) => {
-                        log.ids.push(r.into_inner().id);
-                        tonic::Code::Ok
-                    }
-                    Err(s) => s.code(),
+                    Ok(r) => (vec![r.into_inner().id], tonic::Code::Ok),
+                    Err(s) => (Vec::new(), s.code()),
                 }
             } else {
                 let mut request = tonic::Request::new(BatchIdsRequest { count: 100 });
@@ -306,17 +325,21 @@ pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tok
                     Ok(r) => {
                         let ids = r.into_inner().ids;
                         assert_eq!(ids.len(), 100);
-                        log.ids.extend(ids);
-                        tonic::Code::Ok
+                        (ids, tonic::Code::Ok)
                     }
-                    Err(s) => s.code(),
+                    Err(s) => (Vec::new(), s.code()),
                 }
             };
-            log.calls.push((std::time::Instant::now(), start.elapsed(), code));
+            {
+                let mut log = log.lock().unwrap();
+                log.ids.extend(ids);
+                log.calls.push((std::time::Instant::now(), start.elapsed(), code));
+            }
             if code != tonic::Code::Ok {
                 tokio::time::sleep(Duration::from_millis(20)).await;
+            } else if !pace.is_zero() {
+                tokio::time::sleep(pace).await;
             }
         }
-        log
     })
 }

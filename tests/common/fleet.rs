@@ -1,0 +1,611 @@
+//! A fleet of real snowmint processes for fault injection: each node runs the real binary
+//! under libfaketime (its wall clock offset driven through a file, the monotonic clock left
+//! alone), with a client hammering it and keeping every ID. Faults act on real processes:
+//! kill -9, SIGSTOP/SIGCONT, clock steps, etcd members killed or paused, state files broken.
+//!
+//! The fault scenarios live here too, so the bounded suite and the soak run the same code.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::etcd::EtcdCluster;
+use super::{HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value};
+use snowmint::layout::Layout;
+
+/// libfaketime's multi-threaded library, from Debian's `faketime`.
+pub fn libfaketime() -> PathBuf {
+    let candidates = std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .chain([PathBuf::from("/usr/lib/faketime/libfaketimeMT.so.1")]);
+    for candidate in candidates {
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libfaketimeMT.so.1 not found (Debian package faketime; scripts/check installs it)");
+}
+
+/// The pause between a hammer's calls: enough load to exercise every path, few enough IDs
+/// that a long soak can keep and check them all.
+const PACE: Duration = Duration::from_millis(2);
+
+/// How a node gets its worker ID.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Etcd { endpoints: String, prefix: String },
+    Standalone { state_dir: PathBuf, worker_id: u32 },
+}
+
+/// A running hammer: its task, its stop flag, and the log it writes.
+type LiveHammer = (tokio::task::JoinHandle<()>, Arc<AtomicBool>, Arc<Mutex<HammerLog>>);
+
+/// One snowmint process (across restarts) with its hammering client.
+pub struct Node {
+    pub name: String,
+    pub mode: Mode,
+    extra: Vec<String>,
+    clock_file: PathBuf,
+    pub process: Option<Process>,
+    live: Option<LiveHammer>,
+    /// Logs of this node's earlier lifetimes.
+    pub done: Vec<HammerLog>,
+}
+
+impl Node {
+    pub fn new(name: &str, mode: Mode, extra: &[&str], dir: &Path) -> Node {
+        let clock_file = dir.join(format!("{name}.faketime"));
+        std::fs::write(&clock_file, "+0\n").unwrap();
+        Node {
+            name: name.to_string(),
+            mode,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            clock_file,
+            process: None,
+            live: None,
+            done: Vec::new(),
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(binary());
+        command
+            .env("LD_PRELOAD", libfaketime())
+            .env("FAKETIME_TIMESTAMP_FILE", &self.clock_file)
+            .env("FAKETIME_NO_CACHE", "1")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .env_remove("FAKETIME");
+        command
+    }
+
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = match &self.mode {
+            Mode::Etcd { endpoints, prefix } => {
+                vec!["--etcd-endpoints".into(), endpoints.clone(), "--etcd-prefix".into(), prefix.clone()]
+            }
+            Mode::Standalone { state_dir, worker_id } => {
+                vec!["--state-dir".into(), state_dir.display().to_string(), "--worker-id".into(), worker_id.to_string()]
+            }
+        };
+        // Steps back up to 50 ms are waited out, so a small step is one whatever the timing
+        // of the calls around it.
+        args.extend(["--lease-ttl".into(), "3".into(), "--max-clock-back-ms".into(), "50".into()]);
+        args.extend(self.extra.iter().cloned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Starts the process and its hammer.
+    pub fn start(&mut self) {
+        self.start_with(&[]);
+    }
+
+    pub fn start_with(&mut self, extra: &[&str]) {
+        assert!(self.process.is_none(), "{} already running", self.name);
+        let args = self.args(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let process = Process::serve_with(self.command(), &args);
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(HammerLog::default()));
+        let task = hammer_into(process.grpc, stop.clone(), log.clone(), PACE);
+        self.live = Some((task, stop, log));
+        self.process = Some(process);
+    }
+
+    /// Runs the binary with this node's arguments to completion: (exit code, stderr).
+    pub fn run_to_exit(&self, extra: &[&str]) -> (i32, String) {
+        let mut command = self.command();
+        command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(self.args(extra));
+        let output = command.output().unwrap();
+        (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+
+    /// Stops the hammer and keeps its log.
+    pub async fn stop_hammer(&mut self) {
+        if let Some((task, stop, log)) = self.live.take() {
+            stop.store(true, Ordering::Relaxed);
+            tokio::time::timeout(Duration::from_secs(5), task).await.expect("hammer stops").unwrap();
+            self.done.push(std::mem::take(&mut *log.lock().unwrap()));
+        }
+    }
+
+    /// kill -9; the process is gone when this returns.
+    pub async fn kill9(&mut self) {
+        self.stop_hammer().await;
+        if let Some(mut process) = self.process.take() {
+            process.signal("KILL");
+            process.wait(Duration::from_secs(5)).await;
+        }
+    }
+
+    /// SIGTERM, waiting for a clean exit.
+    pub async fn terminate(&mut self) {
+        self.stop_hammer().await;
+        if let Some(mut process) = self.process.take() {
+            process.signal("TERM");
+            let status = process.wait(Duration::from_secs(10)).await;
+            assert!(status.success(), "{} exited {status:?} on SIGTERM", self.name);
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        self.process.as_ref().expect("running").signal(signal);
+    }
+
+    /// Sets the node's wall-clock offset from real time, in seconds.
+    pub fn set_clock(&self, offset_secs: f64) {
+        std::fs::write(&self.clock_file, format!("{offset_secs:+.3}\n")).unwrap();
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(self.process.as_ref().expect("running").admin, "/metrics").await.1
+    }
+
+    pub async fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.metrics().await, series)
+    }
+
+    /// Waits for a successful call that ended after `after`; how long after `after` it came.
+    pub async fn recovered_after(&self, after: Instant, limit: Duration) -> Duration {
+        let log = self.live.as_ref().expect("hammering").2.clone();
+        loop {
+            if let Some(t) = log.lock().unwrap().first_after(after, tonic::Code::Ok) {
+                return t.duration_since(after);
+            }
+            assert!(after.elapsed() < limit, "{} did not mint within {limit:?}", self.name);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The calls of the live hammer that ended after `after`.
+    pub fn calls_after(&self, after: Instant) -> Vec<(Instant, Duration, tonic::Code)> {
+        let log = self.live.as_ref().expect("hammering").2.clone();
+        log.lock().unwrap().calls.iter().filter(|c| c.0 > after).cloned().collect()
+    }
+
+    /// The IDs the live hammer received so far.
+    pub fn live_ids(&self) -> Vec<u64> {
+        self.live.as_ref().map(|l| l.2.lock().unwrap().ids.clone()).unwrap_or_default()
+    }
+}
+
+/// What one fault did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub fault: &'static str,
+    /// The longest run of refused calls on an affected node.
+    pub refusal: Duration,
+    /// From the end of the fault to the first ID from every affected node.
+    pub recovery: Duration,
+}
+
+/// The longest stretch of non-OK calls among `calls`.
+pub fn longest_refusal(calls: &[(Instant, Duration, tonic::Code)]) -> Duration {
+    let mut longest = Duration::ZERO;
+    let mut since: Option<Instant> = None;
+    for (end, took, code) in calls {
+        match (code, since) {
+            (tonic::Code::Ok, Some(start)) => {
+                longest = longest.max(end.duration_since(start));
+                since = None;
+            }
+            (tonic::Code::Ok, None) => {}
+            (_, None) => since = Some(*end - *took),
+            (_, Some(_)) => {}
+        }
+    }
+    if let (Some(start), Some(last)) = (since, calls.last()) {
+        longest = longest.max(last.0.duration_since(start));
+    }
+    longest
+}
+
+/// Asserts every call in `calls` either succeeded or was refused with UNAVAILABLE within
+/// its 500 ms deadline (with a little slack for the loaded machine).
+pub fn assert_refusals_are_unavailable_and_prompt(node: &str, calls: &[(Instant, Duration, tonic::Code)]) {
+    for (_, took, code) in calls {
+        assert!(matches!(code, tonic::Code::Ok | tonic::Code::Unavailable), "{node}: a call ended {code:?}");
+        assert!(*took <= Duration::from_millis(700), "{node}: a call took {took:?}");
+    }
+}
+
+/// A fleet: an etcd cluster (or none) and nodes.
+pub struct Fleet {
+    pub cluster: Option<EtcdCluster>,
+    pub nodes: Vec<Node>,
+    pub dir: tempfile::TempDir,
+    pub outcomes: Vec<Outcome>,
+    /// Logs of nodes removed from the fleet.
+    pub retired: Vec<HammerLog>,
+}
+
+impl Fleet {
+    /// `n` nodes in etcd mode on a cluster of `members`.
+    pub async fn etcd(members: usize, n: usize) -> Fleet {
+        let cluster = EtcdCluster::start(members).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = Mode::Etcd { endpoints: cluster.endpoints(), prefix: "/fleet".into() };
+        let mut nodes: Vec<Node> =
+            (0..n).map(|i| Node::new(&format!("node{i}"), mode.clone(), &[], dir.path())).collect();
+        for node in &mut nodes {
+            node.start();
+        }
+        let fleet = Fleet { cluster: Some(cluster), nodes, dir, outcomes: Vec::new(), retired: Vec::new() };
+        fleet.wait_all_minting(Duration::from_secs(20)).await;
+        fleet
+    }
+
+    /// One node in standalone mode.
+    pub async fn standalone() -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = Mode::Standalone { state_dir: dir.path().join("state"), worker_id: 1 };
+        let mut node = Node::new("solo", mode, &[], dir.path());
+        node.start();
+        let fleet = Fleet { cluster: None, nodes: vec![node], dir, outcomes: Vec::new(), retired: Vec::new() };
+        fleet.wait_all_minting(Duration::from_secs(20)).await;
+        fleet
+    }
+
+    pub async fn wait_all_minting(&self, limit: Duration) {
+        let now = Instant::now();
+        for node in self.nodes.iter().filter(|n| n.process.is_some()) {
+            node.recovered_after(now, limit).await;
+        }
+    }
+
+    /// Every ID every node was given so far, checked: no duplicate anywhere, and each
+    /// process lifetime's IDs strictly increasing. Returns how many were checked.
+    pub fn check_ids(&self) -> usize {
+        let mut all = Vec::new();
+        let lifetimes = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.done.iter().map(|l| l.ids.clone()).chain([n.live_ids()]))
+            .chain(self.retired.iter().map(|l| l.ids.clone()));
+        for ids in lifetimes {
+            assert_increasing(&ids);
+            all.extend(ids);
+        }
+        let total = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), total, "{} duplicate IDs among {total}", total - all.len());
+        total
+    }
+
+    pub async fn stop(mut self) -> (usize, Vec<Outcome>) {
+        for node in &mut self.nodes {
+            node.terminate().await;
+        }
+        (self.check_ids(), self.outcomes)
+    }
+}
+
+/// The worker ID in an ID of the default layout.
+pub fn worker_of(id: u64) -> u64 {
+    Layout::default_snowmint().unpack(id).worker
+}
+
+// ---- The faults. Each injects one fault into the fleet, checks what it must, and
+// ---- records an outcome. Bounds are generous: CI runs on a loaded 2-core machine.
+
+/// The wall clock steps back by less than the wait threshold (50 ms here): waited out,
+/// never refused.
+pub async fn clock_small_step_back(fleet: &mut Fleet, i: usize) -> Outcome {
+    let node = &fleet.nodes[i];
+    let waited = node.metric(r#"snowmint_clock_backward_total{action="waited"}"#).await;
+    let start = Instant::now();
+    node.set_clock(-0.040);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    node.set_clock(0.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = node.calls_after(start);
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: a 40 ms step back was refused", node.name);
+    assert!(node.metric(r#"snowmint_clock_backward_total{action="waited"}"#).await > waited, "step not counted");
+    record(fleet, Outcome { fault: "clock back 40 ms", refusal: longest_refusal(&calls), recovery: Duration::ZERO })
+}
+
+/// The wall clock steps back by `secs`: refused at once, counted, recovered by itself.
+pub async fn clock_large_step_back(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
+    let node = &fleet.nodes[i];
+    let refused = node.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await;
+    let start = Instant::now();
+    node.set_clock(-secs);
+    // Refused until the stepped clock passes the last millisecond used, about `secs` later.
+    let recovery = node.recovered_after(start + Duration::from_millis(100), Duration::from_secs_f64(secs + 5.0)).await;
+    assert!(
+        recovery >= Duration::from_secs_f64(secs * 0.8),
+        "{}: minted {recovery:?} into a {secs} s step back",
+        node.name
+    );
+    node.set_clock(0.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = node.calls_after(start);
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    assert!(node.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await > refused, "refusal not counted");
+    let refusal = longest_refusal(&calls);
+    record(
+        fleet,
+        Outcome {
+            fault: "clock back seconds",
+            refusal,
+            recovery: recovery.saturating_sub(Duration::from_secs_f64(secs)),
+        },
+    )
+}
+
+/// The wall clock jumps forward by `secs`, then is corrected back: the jump is counted,
+/// minting follows it, and the correction becomes a refusal window.
+pub async fn clock_forward_jump(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
+    let node = &fleet.nodes[i];
+    let jumps = node.metric("snowmint_clock_forward_jumps_total").await;
+    let start = Instant::now();
+    node.set_clock(secs);
+    let after_jump = node.recovered_after(start + Duration::from_millis(100), Duration::from_secs(5)).await;
+    assert!(after_jump < Duration::from_secs(2), "{}: {after_jump:?} to mint after a forward jump", node.name);
+    assert!(node.metric("snowmint_clock_forward_jumps_total").await > jumps, "jump not counted");
+    let corrected = Instant::now();
+    node.set_clock(0.0);
+    let recovery =
+        node.recovered_after(corrected + Duration::from_millis(100), Duration::from_secs_f64(secs + 5.0)).await;
+    let calls = node.calls_after(start);
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    let refusal = longest_refusal(&calls);
+    record(
+        fleet,
+        Outcome {
+            fault: "clock jump forward",
+            refusal,
+            recovery: recovery.saturating_sub(Duration::from_secs_f64(secs)),
+        },
+    )
+}
+
+/// kill -9 and restart, with the clock `behind` seconds behind at the restart.
+pub async fn kill_and_restart(fleet: &mut Fleet, i: usize, behind: f64) -> Outcome {
+    let node = &mut fleet.nodes[i];
+    node.kill9().await;
+    node.set_clock(-behind);
+    let restarted = Instant::now();
+    node.start();
+    // Standalone: refused until the clock passes the saved reservation (up to the 3 s window
+    // plus `behind`); etcd: the killed lease still holds its slot, so another one is taken.
+    let limit = Duration::from_secs_f64(behind + 10.0);
+    let recovery = node.recovered_after(restarted, limit).await;
+    node.set_clock(0.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = node.calls_after(restarted);
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    let fault = if behind > 0.0 { "kill -9, restart clock behind" } else { "kill -9, restart" };
+    record(fleet, Outcome { fault, refusal: longest_refusal(&calls), recovery })
+}
+
+/// SIGSTOP past the lease TTL; another instance takes the slot meanwhile; SIGCONT. The
+/// resumed process mints nothing on its old slot, re-claims another and goes on.
+pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
+    let old_worker = worker_of(*fleet.nodes[i].live_ids().last().expect("node minted"));
+    let prefix = match &fleet.nodes[i].mode {
+        Mode::Etcd { prefix, .. } => prefix.clone(),
+        Mode::Standalone { .. } => panic!("takeover needs etcd mode"),
+    };
+    let mut etcd = fleet.cluster.as_ref().unwrap().client().await;
+    fleet.nodes[i].signal("STOP");
+    let paused = Instant::now();
+    // Wait for the lease to expire and the slot to be free, then let a newcomer take it.
+    let key = format!("{prefix}/workers/{old_worker}");
+    while super::etcd::get(&mut etcd, &key).await.is_some() {
+        assert!(paused.elapsed() < Duration::from_secs(15), "the paused node's lease never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mode = fleet.nodes[i].mode.clone();
+    let name = format!("takeover{}", fleet.nodes.len());
+    let mut newcomer = Node::new(&name, mode, &[], fleet.dir.path());
+    newcomer.start_with(&["--preferred-worker-id", &old_worker.to_string()]);
+    newcomer.recovered_after(Instant::now(), Duration::from_secs(15)).await;
+    let newcomer_first = newcomer.live_ids()[0];
+    assert_eq!(worker_of(newcomer_first), old_worker, "the newcomer took the freed slot");
+
+    let node = &mut fleet.nodes[i];
+    let before_resume = node.live_ids().len();
+    node.signal("CONT");
+    let resumed = Instant::now();
+    let recovery = node.recovered_after(resumed, Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after: Vec<u64> = node.live_ids()[before_resume..].to_vec();
+    assert!(
+        after.iter().all(|&id| worker_of(id) != old_worker),
+        "{}: minted on its lost slot {old_worker} after SIGCONT",
+        node.name
+    );
+    assert!(
+        node.live_ids().iter().filter(|&&id| worker_of(id) == old_worker).all(|&id| id < newcomer_first),
+        "the paused node's IDs on slot {old_worker} are not all below the newcomer's"
+    );
+    let failed = node.metric(r#"snowmint_lease_renewals_total{result="failed"}"#).await;
+    assert!(failed >= 1.0, "the lost lease was not counted");
+    let calls = node.calls_after(resumed + Duration::from_millis(600));
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    let refusal = longest_refusal(&node.calls_after(resumed));
+    // The newcomer takes the paused node's place in the fleet.
+    let mut old = fleet.nodes.swap_remove(i);
+    old.terminate().await;
+    fleet.retired.append(&mut old.done);
+    fleet.nodes.push(newcomer);
+    record(fleet, Outcome { fault: "SIGSTOP past TTL + take-over", refusal, recovery })
+}
+
+/// kill -9 of the etcd leader: minting goes on; the member is restarted afterwards.
+pub async fn kill_etcd_leader(fleet: &mut Fleet) -> Outcome {
+    let cluster = fleet.cluster.as_mut().unwrap();
+    let leader = cluster.leader().await;
+    let killed = Instant::now();
+    cluster.kill(leader);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut worst = Duration::ZERO;
+    let mut recovery = Duration::ZERO;
+    for node in &fleet.nodes {
+        let calls = node.calls_after(killed);
+        assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+        worst = worst.max(longest_refusal(&calls));
+        recovery = recovery.max(node.recovered_after(killed + Duration::from_secs(2), Duration::from_secs(8)).await);
+        assert_eq!(node.metric("snowmint_lease_valid").await, 1.0, "{} lost its lease", node.name);
+    }
+    assert!(worst < Duration::from_secs(3), "minting stopped for {worst:?} when the leader died");
+    let cluster = fleet.cluster.as_mut().unwrap();
+    cluster.restart(leader);
+    cluster.wait_healthy(Duration::from_secs(20)).await;
+    record(fleet, Outcome { fault: "etcd leader killed", refusal: worst, recovery })
+}
+
+/// Every etcd member paused past the TTL: every node is fenced within the TTL, and mints
+/// again after SIGCONT.
+pub async fn pause_etcd(fleet: &mut Fleet) -> Outcome {
+    let mut failed = Vec::new();
+    for node in &fleet.nodes {
+        failed.push(node.metric(r#"snowmint_lease_renewals_total{result="failed"}"#).await);
+    }
+    let paused = Instant::now();
+    fleet.cluster.as_ref().unwrap().pause_all();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for node in &fleet.nodes {
+        // No call that started more than the TTL (3 s) into the pause got an ID.
+        let fenced = paused + Duration::from_secs(3);
+        let calls = node.calls_after(fenced);
+        assert!(
+            calls.iter().all(|(end, took, code)| *code != tonic::Code::Ok || *end - *took < fenced),
+            "{} minted more than the 3 s TTL into the etcd pause",
+            node.name
+        );
+        assert_eq!(node.metric("snowmint_minting").await, 0.0, "{} still reports minting", node.name);
+    }
+    fleet.cluster.as_ref().unwrap().resume_all();
+    let resumed = Instant::now();
+    let mut recovery = Duration::ZERO;
+    let mut refusal = Duration::ZERO;
+    for (node, failed) in fleet.nodes.iter().zip(failed) {
+        recovery = recovery.max(node.recovered_after(resumed, Duration::from_secs(15)).await);
+        let calls = node.calls_after(paused);
+        assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+        refusal = refusal.max(longest_refusal(&calls));
+        let now_failed = node.metric(r#"snowmint_lease_renewals_total{result="failed"}"#).await;
+        assert!(now_failed > failed, "{}: failed renewals not counted", node.name);
+    }
+    record(fleet, Outcome { fault: "all etcd members paused", refusal, recovery })
+}
+
+/// `n` more instances cold-start at once: distinct workers, all minting.
+pub async fn cold_start(fleet: &mut Fleet, n: usize) -> Outcome {
+    let mode = fleet.nodes[0].mode.clone();
+    let base = fleet.nodes.len();
+    let mut nodes: Vec<Node> =
+        (0..n).map(|k| Node::new(&format!("cold{}", base + k), mode.clone(), &[], fleet.dir.path())).collect();
+    let started = Instant::now();
+    let handles: Vec<_> = nodes
+        .drain(..)
+        .map(|mut node| {
+            std::thread::spawn(move || {
+                // The processes start in parallel; hammers attach on the fleet's runtime.
+                let args = node.args(&[]);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                node.process = Some(Process::serve_with(node.command(), &args));
+                node
+            })
+        })
+        .collect();
+    let mut recovery = Duration::ZERO;
+    for handle in handles {
+        let mut node = handle.join().unwrap();
+        let process = node.process.as_ref().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(HammerLog::default()));
+        node.live = Some((hammer_into(process.grpc, stop.clone(), log.clone(), PACE), stop, log));
+        recovery = recovery.max(node.recovered_after(started, Duration::from_secs(20)).await);
+        fleet.nodes.push(node);
+    }
+    let mut workers: Vec<u64> =
+        fleet.nodes.iter().filter_map(|n| n.live_ids().last().map(|&id| worker_of(id))).collect();
+    let count = workers.len();
+    workers.sort_unstable();
+    workers.dedup();
+    assert_eq!(workers.len(), count, "two live nodes share a worker");
+    // Back to the fleet's size: the newcomers leave with SIGTERM.
+    for _ in 0..n {
+        let mut node = fleet.nodes.pop().unwrap();
+        node.terminate().await;
+        fleet.retired.append(&mut node.done);
+    }
+    record(fleet, Outcome { fault: "cold start of many", refusal: Duration::ZERO, recovery })
+}
+
+/// Standalone: the state file deleted, truncated or corrupted between runs. The start
+/// refuses with a clear line; after the operator's explicit reset, minting resumes.
+pub async fn break_state_file(fleet: &mut Fleet, how: &'static str) -> Outcome {
+    let node = &mut fleet.nodes[0];
+    let Mode::Standalone { state_dir, worker_id } = node.mode.clone() else { panic!("standalone only") };
+    let path = state_dir.join(format!("worker-{worker_id}.json"));
+    node.kill9().await;
+    let (fault, expected) = match how {
+        "deleted" => {
+            std::fs::remove_file(&path).unwrap();
+            ("state file deleted", "is missing")
+        }
+        "truncated" => {
+            std::fs::write(&path, "").unwrap();
+            ("state file truncated", "is corrupt")
+        }
+        _ => {
+            let mut bytes = std::fs::read(&path).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0x5a;
+            bytes.truncate(bytes.len() - 3);
+            std::fs::write(&path, bytes).unwrap();
+            ("state file corrupted", "is corrupt")
+        }
+    };
+    let (code, stderr) = node.run_to_exit(&[]);
+    assert_ne!(code, 0, "started on a {how} state file");
+    assert!(stderr.lines().last().unwrap_or_default().contains(expected), "{stderr}");
+    // The operator resets it deliberately: remove it, and accept the missing state once.
+    let _ = std::fs::remove_file(&path);
+    let restarted = Instant::now();
+    node.start_with(&["--accept-missing-state"]);
+    let recovery = node.recovered_after(restarted, Duration::from_secs(10)).await;
+    record(fleet, Outcome { fault, refusal: Duration::ZERO, recovery })
+}
+
+fn record(fleet: &mut Fleet, outcome: Outcome) -> Outcome {
+    eprintln!(
+        "fault {:<32} refusal {:>8.3} s  recovery {:>8.3} s",
+        outcome.fault,
+        outcome.refusal.as_secs_f64(),
+        outcome.recovery.as_secs_f64()
+    );
+    fleet.outcomes.push(outcome.clone());
+    fleet.check_ids();
+    outcome
+}
