@@ -94,18 +94,42 @@ async fn soak() {
         let i = rng.below(cluster.nodes.len());
         let secs = 1.0 + rng.below(4) as f64;
         match rng.below(12) {
-            0 => drop(fleet::clock_small_step_back(&mut cluster, i).await),
-            1 => drop(fleet::clock_large_step_back(&mut cluster, i, secs).await),
-            2 => drop(fleet::clock_forward_jump(&mut cluster, i, secs).await),
-            3 => drop(fleet::kill_and_restart(&mut cluster, i, 0.0).await),
-            4 => drop(fleet::kill_and_restart(&mut cluster, i, secs).await),
-            5 => drop(fleet::pause_and_takeover(&mut cluster, i).await),
-            6 => drop(fleet::kill_etcd_leader(&mut cluster).await),
-            7 => drop(fleet::pause_etcd(&mut cluster).await),
-            8 => drop(fleet::cold_start(&mut cluster, 4).await),
-            9 => drop(fleet::clock_large_step_back(&mut solo, 0, secs).await),
-            10 => drop(fleet::kill_and_restart(&mut solo, 0, rng.below(3) as f64).await),
-            _ => drop(fleet::break_state_file(&mut solo, ["deleted", "truncated", "corrupted"][rng.below(3)]).await),
+            0 => {
+                fleet::clock_small_step_back(&mut cluster, i).await;
+            }
+            1 => {
+                fleet::clock_large_step_back(&mut cluster, i, secs).await;
+            }
+            2 => {
+                fleet::clock_forward_jump(&mut cluster, i, secs).await;
+            }
+            3 => {
+                fleet::kill_and_restart(&mut cluster, i, 0.0).await;
+            }
+            4 => {
+                fleet::kill_and_restart(&mut cluster, i, secs).await;
+            }
+            5 => {
+                fleet::pause_and_takeover(&mut cluster, i).await;
+            }
+            6 => {
+                fleet::kill_etcd_leader(&mut cluster).await;
+            }
+            7 => {
+                fleet::pause_etcd(&mut cluster).await;
+            }
+            8 => {
+                fleet::cold_start(&mut cluster, 4).await;
+            }
+            9 => {
+                fleet::clock_large_step_back(&mut solo, 0, secs).await;
+            }
+            10 => {
+                fleet::kill_and_restart(&mut solo, 0, rng.below(3) as f64).await;
+            }
+            _ => {
+                fleet::break_state_file(&mut solo, ["deleted", "truncated", "corrupted"][rng.below(3)]).await;
+            }
         }
         // Calm between faults.
         tokio::time::sleep(Duration::from_millis(500 + rng.below(1500) as u64)).await;
