@@ -16,7 +16,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::layout::{Layout, parse_rfc3339_ms};
 use crate::proto::id_service_client::IdServiceClient;
 use crate::proto::{BatchIdsRequest, NextIdRequest};
-use crate::server::{ServeConfig, WorkerConfig};
+use crate::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
 use crate::service::decode;
 use crate::worker::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
 use crate::worker::standalone::StandaloneConfig;
@@ -142,6 +142,26 @@ pub struct ServeArgs {
     /// How long the start may spend reaching etcd before giving up, in ms.
     #[arg(long, env = "SNOWMINT_ETCD_START_TIMEOUT_MS", default_value = "30000", value_parser = parse_positive_ms)]
     pub etcd_start_timeout_ms: Duration,
+    /// Server certificate (PEM) for gRPC over TLS; without it gRPC is plain text.
+    #[arg(long, env = "SNOWMINT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server key (PEM) for gRPC over TLS.
+    #[arg(long, env = "SNOWMINT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that client certificates must be signed by: turns on mutual TLS.
+    #[arg(long, env = "SNOWMINT_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// HTTP/2 streams one connection may have open at once.
+    #[arg(long, env = "SNOWMINT_MAX_CONCURRENT_STREAMS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_streams: u32,
+    /// The largest request message accepted, in bytes.
+    #[arg(long, env = "SNOWMINT_MAX_REQUEST_BYTES", default_value_t = 16 * 1024,
+          value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_request_bytes: u32,
+    /// The longest any gRPC call may take, in ms.
+    #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_positive_ms)]
+    pub request_timeout_ms: Duration,
     /// On SIGTERM, how long calls in flight get to finish, in ms.
     #[arg(long, env = "SNOWMINT_SHUTDOWN_GRACE_MS", default_value = "5000", value_parser = parse_positive_ms)]
     pub shutdown_grace_ms: Duration,
@@ -188,6 +208,16 @@ impl ServeArgs {
             max_wait: self.max_wait_ms,
             forward_jump_threshold: self.forward_jump_threshold_ms,
             shutdown_grace: self.shutdown_grace_ms,
+            tls: self.tls_cert.clone().zip(self.tls_key.clone()).map(|(cert, key)| GrpcTls {
+                cert,
+                key,
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            limits: Limits {
+                max_concurrent_streams: self.max_concurrent_streams,
+                max_request_bytes: self.max_request_bytes as usize,
+                request_timeout: self.request_timeout_ms,
+            },
         })
     }
 }
@@ -383,9 +413,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing::info!(
         %grpc_addr,
         %admin_addr,
+        transport = GrpcTls::describe(config.tls.as_ref()),
         layout = %config.layout,
         version = env!("CARGO_PKG_VERSION"),
-        "snowmint listening (gRPC in plain text)"
+        "snowmint listening"
     );
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));

@@ -6,13 +6,15 @@
 //! accepting and finishes the calls in flight, the minter stops, and only then is the final
 //! reservation saved, so it covers every ID handed out.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
+use tonic::transport::{Certificate, Identity};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -34,6 +36,54 @@ pub enum WorkerConfig {
     Etcd(worker::etcd::EtcdConfig),
 }
 
+/// Certificates for gRPC over TLS.
+#[derive(Debug, Clone)]
+pub struct GrpcTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// With a client CA, clients must present a certificate it signed (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl GrpcTls {
+    /// How the transport is described in logs.
+    pub fn describe(tls: Option<&GrpcTls>) -> &'static str {
+        match tls {
+            None => "plain text (no --tls-cert given)",
+            Some(GrpcTls { client_ca: None, .. }) => "TLS",
+            Some(GrpcTls { client_ca: Some(_), .. }) => "mutual TLS",
+        }
+    }
+
+    fn server_config(&self) -> Result<ServerTlsConfig, ServeError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", path.display())))
+        };
+        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?));
+        if let Some(ca) = &self.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+        }
+        Ok(config)
+    }
+}
+
+/// Limits against abuse.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// The largest request message accepted.
+    pub max_request_bytes: usize,
+    /// The longest any call may take, of any service.
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_concurrent_streams: 1024, max_request_bytes: 16 * 1024, request_timeout: Duration::from_secs(10) }
+    }
+}
+
 /// Everything `run` needs, validated by the caller's parsing except what needs the clock.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -45,6 +95,9 @@ pub struct ServeConfig {
     pub forward_jump_threshold: Duration,
     /// How long calls in flight get to finish once shutdown starts.
     pub shutdown_grace: Duration,
+    /// gRPC over TLS; plain text when `None`.
+    pub tls: Option<GrpcTls>,
+    pub limits: Limits,
 }
 
 /// Why the server could not start or run.
@@ -60,6 +113,8 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("admin endpoint: {0}")]
     Admin(std::io::Error),
+    #[error("gRPC TLS: {0}")]
+    Tls(String),
 }
 
 /// Runs the server until `shutdown` is cancelled, then stops gracefully.
@@ -107,11 +162,18 @@ pub async fn run(
     };
     let service = Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone());
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-    let serve = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(config.limits.max_concurrent_streams)
+        .timeout(config.limits.request_timeout);
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(tls.server_config()?)?;
+    }
+    let ids = IdServiceServer::new(service).max_decoding_message_size(config.limits.max_request_bytes);
+    let serve = builder
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(IdServiceServer::new(service))
+        .add_service(ids)
         .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned());
     // Calls in flight get `shutdown_grace` to finish; a client that never closes its
     // connection (paused, or gone without a word) does not hold the shutdown up longer.

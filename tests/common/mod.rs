@@ -41,6 +41,8 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         max_wait: Duration::from_secs(1),
         forward_jump_threshold: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(5),
+        tls: None,
+        limits: snowmint::server::Limits::default(),
     }
 }
 
@@ -100,15 +102,20 @@ pub async fn client(addr: SocketAddr) -> IdServiceClient<Channel> {
 
 /// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    try_http_get(addr, path).await.unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+/// Like [`http_get`], with connection errors returned.
+pub async fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect admin");
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(request.as_bytes()).await?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
+    stream.read_to_string(&mut response).await?;
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
+    Ok((status, body))
 }
 
 /// Finds `series` (e.g. `snowmint_ids_issued_total` or `x{a="b"}`) in a text exposition.

@@ -1,0 +1,112 @@
+//! gRPC over TLS and mutual TLS with certificates made at test time, and the limits against
+//! abuse: an oversized or malformed request gets an error and the server stays healthy.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::tls::{CertFiles, TestCa};
+use common::{TestServer, config};
+use snowmint::clock::SystemClock;
+use snowmint::proto::id_service_client::IdServiceClient;
+use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest};
+use snowmint::server::GrpcTls;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+async fn tls_server(dir: &Path, ca: &TestCa, mutual: bool) -> TestServer {
+    let server_cert = ca.issue("snowmint-server");
+    let mut config = config(&dir.join("state"));
+    config.tls =
+        Some(GrpcTls { cert: server_cert.cert, key: server_cert.key, client_ca: mutual.then(|| ca.ca.clone()) });
+    TestServer::start(config, Arc::new(SystemClock::new())).await
+}
+
+async fn tls_channel(
+    server: &TestServer,
+    ca: &TestCa,
+    identity: Option<&CertFiles>,
+) -> Result<Channel, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(&ca.ca).unwrap()))
+        .domain_name("localhost");
+    if let Some(files) = identity {
+        tls = tls.identity(Identity::from_pem(std::fs::read(&files.cert).unwrap(), std::fs::read(&files.key).unwrap()));
+    }
+    Endpoint::from_shared(format!("https://{}", server.grpc)).unwrap().tls_config(tls)?.connect().await
+}
+
+#[tokio::test]
+async fn tls_call_works_and_plain_text_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "ca");
+    let server = tls_server(dir.path(), &ca, false).await;
+    let mut client = IdServiceClient::new(tls_channel(&server, &ca, None).await.unwrap());
+    let ids = client.batch_ids(BatchIdsRequest { count: 10 }).await.unwrap().into_inner().ids;
+    assert_eq!(ids.len(), 10);
+
+    // A plain-text client gets no IDs from a TLS server.
+    let plain = Endpoint::from_shared(format!("http://{}", server.grpc)).unwrap().connect().await;
+    if let Ok(channel) = plain {
+        let status = IdServiceClient::new(channel).next_id(NextIdRequest {}).await.unwrap_err();
+        assert_ne!(status.code(), tonic::Code::Ok);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "ca");
+    let server = tls_server(dir.path(), &ca, true).await;
+    let client_cert = ca.issue("client");
+    let mut client = IdServiceClient::new(tls_channel(&server, &ca, Some(&client_cert)).await.unwrap());
+    client.next_id(NextIdRequest {}).await.unwrap();
+
+    // Without a certificate: refused.
+    let refused = match tls_channel(&server, &ca, None).await {
+        Err(_) => true,
+        Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest {}).await.is_err(),
+    };
+    assert!(refused, "a client without a certificate got an ID");
+
+    // With a certificate from another CA: refused.
+    let other = TestCa::new(dir.path(), "other-ca");
+    let stranger = other.issue("stranger");
+    let refused = match tls_channel(&server, &ca, Some(&stranger)).await {
+        Err(_) => true,
+        Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest {}).await.is_err(),
+    };
+    assert!(refused, "a client with a certificate from another CA got an ID");
+    assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="NextId"}"#).await, 1.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_and_malformed_requests_get_errors_and_the_server_stays_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let mut client = server.client().await;
+
+    // Far above the 16 KiB request limit.
+    let huge = "x".repeat(1 << 20);
+    let status = client.decode(DecodeRequest { id: 1, layout: huge }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+
+    // Bytes that are not the message the method takes: field 1 arrives length-delimited
+    // where Decode expects a fixed64.
+    let channel = Endpoint::from_shared(server.url()).unwrap().connect().await.unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<BatchIdsResponse, DecodeResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/snowmint.v1.IdService/Decode");
+    let status =
+        grpc.unary(tonic::Request::new(BatchIdsResponse { ids: vec![1, 2, 3] }), path, codec).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert!(status.message().contains("decode"), "{status:?}");
+
+    // Still healthy and minting.
+    client.next_id(NextIdRequest {}).await.unwrap();
+    assert_eq!(server.admin_get("/readyz").await.0, 200);
+    server.stop().await;
+}
