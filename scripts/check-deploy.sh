@@ -162,7 +162,7 @@ import yaml
 PLAIN_RULES = "deploy/prometheus/snowmint-rules.yaml"
 PROMETHEUS_RULE = "deploy/base/prometheusrule.yaml"
 DASHBOARD = "deploy/grafana/snowmint-dashboard.json"
-README = "deploy/README.md"
+README = "README.md"
 RUNBOOK_BASE = "https://github.com/snowmint/snowmint/blob/main/README.md#"
 CRD_GROUPS = ("monitoring.coreos.com/",)
 
