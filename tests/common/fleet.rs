@@ -93,7 +93,10 @@ impl Node {
         };
         // Steps back up to 50 ms are waited out, so a small step is one whatever the timing
         // of the calls around it.
+        // Forward jumps above 500 ms are counted, so every jump the faults make (1 s or more)
+        // is one.
         args.extend(["--lease-ttl".into(), "3".into(), "--max-clock-back-ms".into(), "50".into()]);
+        args.extend(["--forward-jump-threshold-ms".into(), "500".into()]);
         args.extend(self.extra.iter().cloned());
         args.extend(extra.iter().map(|s| s.to_string()));
         args
