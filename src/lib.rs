@@ -11,6 +11,7 @@
 //! - [`service`], [`admin`], [`server`]: the gRPC service, the admin HTTP endpoint, and the
 //!   wiring with one shutdown token.
 //! - [`metrics`]: every Prometheus metric. [`cli`]: the command line; [`bench`]: its load tool.
+//! - [`client`]: a Rust client with failover, coalescing and an optional local buffer.
 //!
 //! The one promise: no ID is ever issued twice. When it cannot be kept, minting refuses with
 //! a retriable `UNAVAILABLE`.
@@ -18,6 +19,7 @@
 pub mod admin;
 pub mod bench;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod generator;
 pub mod layout;
