@@ -310,31 +310,27 @@ impl Minter {
             return Err(MintError::LeaseExpired(grant.worker_id));
         }
         let layout = &self.config.layout;
-        let reserved_tick = layout.tick_at(grant.reserved_ms.saturating_add(1)).and_then(|t| t.checked_sub(1));
+        // The last tick wholly covered by the reservation; none when it ends before the
+        // epoch's first tick (nothing may be minted yet).
+        let Some(reserved_tick) = layout.tick_at(grant.reserved_ms.saturating_add(1)).and_then(|t| t.checked_sub(1))
+        else {
+            return Err(MintError::ReservationBehind {
+                worker_id: grant.worker_id,
+                reserved_until: rfc3339_ms(grant.reserved_ms),
+            });
+        };
         match &mut self.generator {
-            Some(generator) if self.generation == grant.generation => {
-                if let Some(tick) = reserved_tick {
-                    generator.extend_reservation(tick);
-                }
-            }
+            Some(generator) if self.generation == grant.generation => generator.extend_reservation(reserved_tick),
             _ => {
-                let floor = grant.floor_ms.map(|ms| layout.tick_at(ms).unwrap_or(0));
-                // A floor before the epoch cannot have been minted at; tick 0 is then free.
-                let floor = floor.filter(|_| grant.floor_ms.is_some_and(|ms| ms >= layout.epoch_ms));
+                // A floor before the epoch cannot have been minted at: no floor then.
+                let floor = grant.floor_ms.and_then(|ms| layout.tick_at(ms));
                 self.generator = Some(Generator::new(
                     layout.clone(),
                     grant.worker_id.into(),
                     floor,
-                    reserved_tick.unwrap_or(0),
+                    reserved_tick,
                     self.max_back_ticks,
                 ));
-                if reserved_tick.is_none() {
-                    // Reservation before the epoch: nothing may be minted yet.
-                    self.generator = self.generator.take().map(|mut g| {
-                        g.extend_reservation(0);
-                        g
-                    });
-                }
                 self.generation = grant.generation;
                 tracing::info!(worker_id = grant.worker_id, generation = grant.generation, "minting for worker");
             }

@@ -36,11 +36,13 @@ pub fn status_of(error: ServiceError) -> Status {
     }
 }
 
-/// The deadline a caller set with `grpc-timeout`, as an instant.
+/// The deadline a caller set with `grpc-timeout`, as an instant, less a tenth (at most
+/// 20 ms) so a refusal travels back before the caller's own timer fires.
 fn deadline_of<T>(request: &Request<T>) -> Option<Instant> {
     let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
     let timeout = parse_grpc_timeout(value)?;
-    Some(Instant::now() + timeout)
+    let margin = (timeout / 10).min(Duration::from_millis(20));
+    Some(Instant::now() + timeout - margin)
 }
 
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
