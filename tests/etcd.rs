@@ -152,6 +152,9 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
         eprintln!("instance {i}: minting again {:?} after SIGCONT", recovered.duration_since(resumed));
         assert!(recovered.duration_since(resumed) < Duration::from_secs(6));
         assert_increasing(&log.ids);
+        // Whether its lease outlived the pause or it had to re-claim, it holds its own
+        // slot again (nobody else took it).
+        assert_eq!(worker_of(log.ids[0]), worker_of(*log.ids.last().unwrap()), "instance {i} changed slots");
         all.extend(log.ids);
     }
     assert_unique(&all);

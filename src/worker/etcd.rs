@@ -211,6 +211,8 @@ struct Keeper {
     /// The TTL etcd granted (it may raise a too-small one).
     ttl: Duration,
     generation: u64,
+    /// The slot held last, tried first when re-claiming.
+    last_worker: Option<u32>,
     started_at: String,
 }
 
@@ -294,8 +296,9 @@ impl Keeper {
             .filter_map(|kv| std::str::from_utf8(kv.key()).ok()?.strip_prefix(&prefix)?.parse().ok())
             .collect();
         let slots = self.slots();
-        let preferred = self.config.preferred_worker_id.map(u64::from).filter(|&id| id < slots);
-        let candidates = preferred.into_iter().chain(0..slots).filter(|id| !taken.contains(id));
+        // A re-claim tries the slot it lost first, then the configured preference.
+        let preferred = self.last_worker.into_iter().chain(self.config.preferred_worker_id).map(u64::from);
+        let candidates = preferred.chain(0..slots).filter(|&id| id < slots && !taken.contains(&id));
         let owner = serde_json::to_string(&Owner {
             host: self.config.hostname.clone(),
             pid: std::process::id(),
@@ -366,6 +369,7 @@ impl Keeper {
             }
         }
         self.generation += 1;
+        self.last_worker = Some(worker_id);
         self.metrics.worker_id.set(worker_id.into());
         self.metrics.lease_valid.set(1);
         tracing::info!(
@@ -472,8 +476,16 @@ pub async fn start(config: EtcdConfig, clock: Arc<dyn Clock>, metrics: Metrics) 
     let until = Instant::now() + config.start_timeout;
     let call_timeout = (config.lease_ttl / 5).clamp(Duration::from_millis(300), Duration::from_secs(2));
     let etcd = Etcd::connect(&config, call_timeout).await?;
-    let mut keeper =
-        Keeper { ttl: config.lease_ttl, config, clock, metrics, etcd, generation: 0, started_at: String::new() };
+    let mut keeper = Keeper {
+        ttl: config.lease_ttl,
+        config,
+        clock,
+        metrics,
+        etcd,
+        generation: 0,
+        last_worker: None,
+        started_at: String::new(),
+    };
     keeper.started_at = rfc3339_ms(keeper.clock.wall_ms());
     keeper.check_layout(until).await?;
     let held = loop {
