@@ -12,8 +12,12 @@ use crate::proto::{BatchIdsRequest, NextIdRequest};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Method {
+    /// NextId calls.
     Next,
+    /// BatchIds calls of --batch-size.
     Batch,
+    /// `snowmint::client` with its local buffer: next_id() per call.
+    Buffered,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -39,6 +43,9 @@ pub struct BenchArgs {
     /// Stop after this many calls in all.
     #[arg(long)]
     pub calls: Option<u64>,
+    /// Pace the calls to this many per second in all (default: as fast as they go).
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 /// What a run measured.
@@ -90,13 +97,35 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     }
     let budget = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(args.calls.unwrap_or(u64::MAX)));
     let until = Instant::now() + Duration::from_secs_f64(if args.calls.is_some() { 3600.0 } else { args.duration });
+    // Each worker's share of the rate, as the interval between its calls.
+    let interval = args.rate.map(|rate| Duration::from_secs_f64(args.concurrency as f64 / rate));
+    let buffered = match args.method {
+        Method::Buffered => Some(
+            crate::client::Client::builder([args.addr.clone()])
+                .buffer(crate::client::BufferConfig {
+                    batch: args.batch_size,
+                    low_water: 4 * args.batch_size as usize,
+                    max_refills: 4,
+                    ..Default::default()
+                })
+                .connect()
+                .map_err(|e| e.to_string())?,
+        ),
+        _ => None,
+    };
+    if let Some(client) = &buffered {
+        // Let the first refills arrive before the clock starts.
+        client.next_id().await.map_err(|e| e.to_string())?;
+    }
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..args.concurrency {
-        let client = IdServiceClient::new(channels[i % channels.len()].clone());
-        let budget = budget.clone();
-        let (method, batch_size) = (args.method, args.batch_size);
-        tasks.push(tokio::spawn(worker(client, method, batch_size, until, budget)));
+        let target = match &buffered {
+            Some(client) => Target::Buffered(client.clone()),
+            None => Target::Server(IdServiceClient::new(channels[i % channels.len()].clone())),
+        };
+        let load = Load { method: args.method, batch_size: args.batch_size, until, interval, budget: budget.clone() };
+        tasks.push(tokio::spawn(worker(target, load)));
     }
     let mut ids = Vec::new();
     let mut latencies = Vec::new();
@@ -112,7 +141,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let pct = |p: f64| {
         latencies
             .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(Duration::ZERO, |&us| Duration::from_micros(us))
+            .map_or(Duration::ZERO, |&ns| Duration::from_nanos(ns))
     };
     let total = ids.len() as u64;
     ids.sort_unstable();
@@ -129,31 +158,51 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     })
 }
 
-async fn worker(
-    mut client: IdServiceClient<Channel>,
+/// What a worker calls.
+enum Target {
+    Server(IdServiceClient<Channel>),
+    Buffered(crate::client::Client),
+}
+
+/// How a worker drives its calls.
+struct Load {
     method: Method,
     batch_size: u32,
     until: Instant,
+    interval: Option<Duration>,
     budget: std::sync::Arc<std::sync::atomic::AtomicU64>,
-) -> (Vec<u64>, Vec<u64>, u64) {
+}
+
+async fn worker(mut target: Target, load: Load) -> (Vec<u64>, Vec<u64>, u64) {
     use std::sync::atomic::Ordering;
     let mut ids = Vec::new();
     let mut latencies = Vec::new();
     let mut errors = 0;
-    while Instant::now() < until {
-        if budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
+    let mut next_at = Instant::now();
+    while Instant::now() < load.until {
+        if load.budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
             break;
         }
+        if let Some(interval) = load.interval {
+            tokio::time::sleep_until(next_at.into()).await;
+            next_at += interval;
+        }
         let start = Instant::now();
-        let result = match method {
-            Method::Next => client.next_id(NextIdRequest {}).await.map(|r| ids.push(r.into_inner().id)),
-            Method::Batch => {
-                client.batch_ids(BatchIdsRequest { count: batch_size }).await.map(|r| ids.extend(r.into_inner().ids))
+        let ok = match (&mut target, load.method) {
+            (Target::Buffered(client), _) => client.next_id().await.map(|id| ids.push(id)).is_ok(),
+            (Target::Server(client), Method::Batch) => client
+                .batch_ids(BatchIdsRequest { count: load.batch_size })
+                .await
+                .map(|r| ids.extend(r.into_inner().ids))
+                .is_ok(),
+            (Target::Server(client), _) => {
+                client.next_id(NextIdRequest {}).await.map(|r| ids.push(r.into_inner().id)).is_ok()
             }
         };
-        match result {
-            Ok(()) => latencies.push(start.elapsed().as_micros() as u64),
-            Err(_) => errors += 1,
+        if ok {
+            latencies.push(start.elapsed().as_nanos() as u64);
+        } else {
+            errors += 1;
         }
     }
     (ids, latencies, errors)

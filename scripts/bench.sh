@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# snowmint side by side with ticket servers, in one run on this machine, all on loopback:
+#
+#   - NextId with 64 calls in flight (h2load), against Redis INCR (redis-benchmark, 64
+#     clients, no pipelining) and a PostgreSQL sequence (pgbench running nextval, 64 clients);
+#   - BatchIds(4096) IDs/s as a share of the layout's ceiling (4,096 IDs per ms per worker);
+#   - the buffered Rust client's IDs/s to one caller and to 64 concurrent callers;
+#   - the server's peak RSS under load, and p99 NextId latency at half the top throughput.
+#
+# Prints a Markdown table (the README's performance section) and how each target fared.
+#
+#   scripts/bench.sh [--duration SECONDS]      (default 10 per measurement)
+#
+# Installs h2load (nghttp2-client), Redis and PostgreSQL from Debian when missing. Must run
+# as root for PostgreSQL (it runs the server as the postgres user); without root the
+# PostgreSQL column is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) duration=$2; shift 2 ;;
+    --duration=*) duration=${1#*=}; shift ;;
+    *) echo "usage: scripts/bench.sh [--duration SECONDS]" >&2; exit 2 ;;
+  esac
+done
+
+need=()
+command -v h2load >/dev/null || need+=(nghttp2-client)
+command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || need+=(redis-server redis-tools)
+command -v pgbench >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]}" >&2
+  apt-get update -qq
+  # No service starts: the script runs its own servers on free ports.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+fi
+
+cargo build --release --locked -q
+bin=target/release/snowmint
+
+work=$(mktemp -d)
+chmod 755 "$work"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  if [ -f "$work/pg/postmaster.pid" ]; then
+    runuser -u postgres -- "$pg_bin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
+  fi
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+http_get() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"; }
+metric() { http_get "http://127.0.0.1:$admin_port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+# Peak resident set of a process, in MB.
+peak_rss_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+
+grpc_port=$(free_port)
+admin_port=$(free_port)
+"$bin" serve --listen "127.0.0.1:$grpc_port" --admin-listen "127.0.0.1:$admin_port" \
+  --state-dir "$work/state" --log-format json 2>"$work/snowmint.log" &
+server=$!
+pids+=("$server")
+for _ in $(seq 100); do
+  "$bin" next --addr "http://127.0.0.1:$grpc_port" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+# --- NextId with 64 calls in flight: 4 connections x 16 streams, one h2load thread.
+printf '\0\0\0\0\0' >"$work/next.bin" # a gRPC frame holding an empty NextIdRequest
+before=$(metric snowmint_ids_issued_total)
+h2load -t 1 -c 4 -m 16 -D "$duration" --data="$work/next.bin" \
+  -H 'content-type: application/grpc' -H 'te: trailers' \
+  "http://127.0.0.1:$grpc_port/snowmint.v1.IdService/NextId" >"$work/h2load.txt"
+after=$(metric snowmint_ids_issued_total)
+# h2load counts gRPC errors (HTTP 200 with a non-zero grpc-status) as successes: count the
+# IDs the server really issued instead.
+next_rps=$(python3 -c "print(round(($after - $before) / $duration))")
+h2load_ok=$(awk '/^requests:/ { print $8 }' "$work/h2load.txt")
+
+# --- Redis INCR: 64 clients, no pipelining.
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
+pids+=($!)
+for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis_rps=$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 64 -P 1 -t incr -n $((duration * 60000)) --csv 2>/dev/null \
+  | awk -F'"' '/INCR/ { print int($4) }')
+
+# --- PostgreSQL sequence: pgbench, 64 clients running SELECT nextval.
+pg_rps=skipped
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+if [ "$(id -u)" = 0 ] && id postgres >/dev/null 2>&1; then
+  pg_port=$(free_port)
+  runuser -u postgres -- "$pg_bin/initdb" -D "$work/pg" -A trust -U postgres >/dev/null
+  runuser -u postgres -- "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
+    -o "-p $pg_port -k $work -c listen_addresses=127.0.0.1 -c max_connections=100 -c fsync=on" start >/dev/null
+  psql -h 127.0.0.1 -p "$pg_port" -U postgres -qc 'CREATE SEQUENCE ids' >/dev/null
+  echo "SELECT nextval('ids');" >"$work/nextval.sql"
+  pg_rps=$(pgbench -h 127.0.0.1 -p "$pg_port" -U postgres -n -c 64 -j 2 -T "$duration" -f "$work/nextval.sql" postgres 2>/dev/null \
+    | awk '/^tps/ { print int($3) }')
+fi
+
+# --- BatchIds(4096), IDs/s against the ceiling of one worker.
+ceiling=4096000
+batch_ids=$("$bin" bench --addr "http://127.0.0.1:$grpc_port" --method batch --batch-size 4096 \
+  --concurrency 4 --connections 2 --duration "$duration" | awk '/^IDs\/s/ { print $2 }')
+
+# --- The buffered client, one caller and 64 callers.
+buffered_1=$("$bin" bench --addr "http://127.0.0.1:$grpc_port" --method buffered --batch-size 4096 \
+  --concurrency 1 --duration "$duration" | awk '/^IDs\/s/ { print $2 }')
+buffered_64=$("$bin" bench --addr "http://127.0.0.1:$grpc_port" --method buffered --batch-size 4096 \
+  --concurrency 64 --duration "$duration" | awk '/^IDs\/s/ { print $2 }')
+
+# --- p99 NextId at half the top throughput.
+half=$((next_rps / 2))
+"$bin" bench --addr "http://127.0.0.1:$grpc_port" --method next --concurrency 64 --connections 4 \
+  --rate "$half" --duration "$duration" >"$work/half.txt"
+half_rps=$(awk '/^calls\/s/ { print $2 }' "$work/half.txt")
+half_p99=$(awk '/^latency/ { print $5 }' "$work/half.txt")
+rss=$(peak_rss_mb "$server")
+
+pct() { python3 -c "print(f'{100 * $1 / $2:.1f}%')"; }
+cat <<EOF
+
+| measurement | snowmint | Redis INCR | PostgreSQL nextval |
+|---|---:|---:|---:|
+| one ID per call, 64 in flight (calls/s) | $next_rps | $redis_rps | $pg_rps |
+| BatchIds(4096), IDs/s (share of the 4,096,000/s ceiling) | $batch_ids ($(pct "$batch_ids" $ceiling)) | | |
+| buffered client, IDs/s to 1 caller | $buffered_1 | | |
+| buffered client, IDs/s to 64 callers | $buffered_64 | | |
+| server peak RSS (MB) | $rss | | |
+| p99 NextId at half the top rate ($half_rps calls/s) | $half_p99 | | |
+
+h2load counted $h2load_ok requests as succeeded; the server issued $((after - before)) IDs.
+EOF
+
+verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo "met   $2"; else echo "MISSED $2"; fi; }
+echo
+verdict "$next_rps >= $redis_rps" "NextId >= Redis INCR ($next_rps vs $redis_rps calls/s)"
+verdict "$batch_ids >= 0.95 * $ceiling" "BatchIds(4096) >= 95% of the ceiling ($(pct "$batch_ids" $ceiling))"
+verdict "$buffered_1 >= 3000000" "buffered client >= 3M IDs/s to one caller ($buffered_1)"
+verdict "$rss <= 50" "server RSS <= 50 MB under load ($rss MB)"
+half_us=$(python3 -c "
+s = '$half_p99'
+units = [('ns', 1e-3), ('µs', 1), ('us', 1), ('ms', 1e3), ('s', 1e6)]
+for u, f in units:
+    if s.endswith(u) and not (u == 's' and s[-2:] in ('ms', 'ns', 'µs', 'us')):
+        print(float(s[:-len(u)]) * f); break
+")
+verdict "$half_us <= 1000" "p99 NextId <= 1 ms at half the top throughput ($half_p99)"
