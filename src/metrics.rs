@@ -31,6 +31,7 @@ pub struct Metrics {
     pub sequence_exhausted: IntCounter,
     pub sequence_wait_seconds: prometheus::Counter,
     pub lease_renewals: IntCounterVec,
+    pub lease_lost: IntCounter,
     pub lease_valid: IntGauge,
     pub minting: IntGauge,
     pub worker_id: IntGauge,
@@ -97,6 +98,11 @@ impl Metrics {
             &["result"],
         )
         .unwrap();
+        let lease_lost = IntCounter::new(
+            "snowmint_lease_lost_total",
+            "Times the worker slot was lost (its lease expired, or its key is no longer this instance's) and a slot had to be claimed again.",
+        )
+        .unwrap();
         let lease_valid = IntGauge::new(
             "snowmint_lease_valid",
             "1 while this instance holds its worker ID (always 1 in standalone mode).",
@@ -138,6 +144,7 @@ impl Metrics {
             sequence_exhausted,
             sequence_wait_seconds,
             lease_renewals,
+            lease_lost,
             lease_valid,
             minting,
             worker_id,
@@ -163,6 +170,7 @@ impl Metrics {
             Box::new(self.sequence_exhausted.clone()),
             Box::new(self.sequence_wait_seconds.clone()),
             Box::new(self.lease_renewals.clone()),
+            Box::new(self.lease_lost.clone()),
             Box::new(self.lease_valid.clone()),
             Box::new(self.minting.clone()),
             Box::new(self.worker_id.clone()),

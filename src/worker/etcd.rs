@@ -630,6 +630,7 @@ async fn keep(
 
 /// Publishes the loss of the slot.
 fn lose(keeper: &Keeper, state_tx: &watch::Sender<WorkerState>, worker_id: u32, why: &str) {
+    keeper.metrics.lease_lost.inc();
     keeper.metrics.lease_valid.set(0);
     keeper.metrics.worker_id.set(-1);
     tracing::warn!(worker_id, reason = why, "lease lost; re-claiming a slot");
