@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
-use crate::metrics::Metrics;
+use crate::metrics::{MethodMetrics, Metrics};
 use crate::minter::{MintError, MintHandle};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse};
@@ -69,25 +69,35 @@ pub struct Service {
     layout: Layout,
     max_batch: u32,
     metrics: Metrics,
+    next_id: MethodMetrics,
+    batch_ids: MethodMetrics,
+    decode: MethodMetrics,
 }
 
 impl Service {
     pub fn new(minter: MintHandle, layout: Layout, max_batch: u32, metrics: Metrics) -> Service {
-        Service { minter, layout, max_batch, metrics }
+        Service {
+            next_id: metrics.method("NextId"),
+            batch_ids: metrics.method("BatchIds"),
+            decode: metrics.method("Decode"),
+            minter,
+            layout,
+            max_batch,
+            metrics,
+        }
     }
+}
 
-    /// Records the call's outcome and latency, and maps an error to its status.
-    fn finish<T>(
-        &self,
-        method: &str,
-        start: std::time::Instant,
-        result: Result<T, ServiceError>,
-    ) -> Result<Response<T>, Status> {
-        let result = result.map(Response::new).map_err(status_of);
-        let code = result.as_ref().map_or_else(|status| status.code(), |_| tonic::Code::Ok);
-        self.metrics.record_call(method, code, start.elapsed());
-        result
-    }
+/// Records the call's outcome and latency, and maps an error to its status.
+fn finish<T>(
+    metrics: &MethodMetrics,
+    start: std::time::Instant,
+    result: Result<T, ServiceError>,
+) -> Result<Response<T>, Status> {
+    let result = result.map(Response::new).map_err(status_of);
+    let code = result.as_ref().map_or_else(|status| status.code(), |_| tonic::Code::Ok);
+    metrics.record(code, start.elapsed());
+    result
 }
 
 /// Decodes `id` with `layout`.
@@ -112,7 +122,7 @@ impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
         let start = std::time::Instant::now();
         let result = self.minter.next_id(deadline_of(&request)).await;
-        self.finish("NextId", start, result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
+        finish(&self.next_id, start, result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
@@ -129,7 +139,7 @@ impl IdService for Service {
                 .map(|ids| BatchIdsResponse { ids })
                 .map_err(ServiceError::from)
         };
-        self.finish("BatchIds", start, result)
+        finish(&self.batch_ids, start, result)
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
@@ -139,7 +149,7 @@ impl IdService for Service {
             "" | "snowmint" => decode(id, &self.layout),
             name => Layout::named(name).map_err(ServiceError::from).and_then(|layout| decode(id, &layout)),
         };
-        self.finish("Decode", start, result)
+        finish(&self.decode, start, result)
     }
 }
 
