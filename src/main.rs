@@ -2,10 +2,17 @@
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() {
+/// mimalloc rather than the system allocator: every gRPC call allocates and frees a few
+/// buffers, and under load glibc's malloc and free took about a sixth of the server's time.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() {
     let cli = snowmint::cli::Cli::parse();
-    if let Err(line) = snowmint::cli::main(cli).await {
+    let result = snowmint::cli::runtime(&cli)
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .and_then(|runtime| runtime.block_on(snowmint::cli::main(cli)));
+    if let Err(line) = result {
         eprintln!("snowmint: {line}");
         std::process::exit(1);
     }
