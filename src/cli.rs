@@ -162,6 +162,10 @@ pub struct ServeArgs {
     /// The longest any gRPC call may take, in ms.
     #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_positive_ms)]
     pub request_timeout_ms: Duration,
+    /// Threads serving gRPC; 0 for one per CPU core. The minter is one task whatever this
+    /// is; more threads spread the HTTP/2 work of many connections.
+    #[arg(long, env = "SNOWMINT_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
     /// On SIGTERM, how long calls in flight get to finish, in ms.
     #[arg(long, env = "SNOWMINT_SHUTDOWN_GRACE_MS", default_value = "5000", value_parser = parse_positive_ms)]
     pub shutdown_grace_ms: Duration,
@@ -326,6 +330,19 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+}
+
+/// The tokio runtime for a command line: `serve` gets `--worker-threads` threads (one per
+/// core by default), the small clients a multi-threaded default.
+pub fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Command::Serve(args) = &cli.command
+        && args.worker_threads > 0
+    {
+        builder.worker_threads(args.worker_threads);
+    }
+    builder.build()
 }
 
 /// Runs a parsed command line; `Err` is the one line to print before exiting non-zero.
