@@ -5,16 +5,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestServer, assert_increasing, config, run_binary};
+use common::{TestServer, assert_increasing, config, run_binary, serve_to_exit};
 use snowmint::clock::SystemClock;
 
 /// Runs `serve` with `args` and returns its error line, asserting it failed at once.
 fn serve_error(args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let mut full = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
-    full.extend_from_slice(&["--state-dir", dir.path().to_str().unwrap()]);
-    full.extend_from_slice(args);
-    let (code, _, stderr) = run_binary(&full);
+    let (code, stderr) = serve_to_exit(&[&["--state-dir", dir.path().to_str().unwrap()], args].concat());
     assert_ne!(code, 0, "{args:?} should fail");
     let first = stderr.lines().next().unwrap_or_default().to_string();
     assert!(!stderr.contains("panicked"), "{stderr}");

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::etcd::{EtcdCluster, get};
-use common::{Process, assert_increasing, assert_unique, hammer, metric_value, next_id_eventually, run_binary};
+use common::{Process, assert_increasing, assert_unique, hammer, metric_value, next_id_eventually, serve_to_exit};
 use snowmint::layout::Layout;
 use snowmint::proto::BatchIdsRequest;
 
@@ -165,43 +165,54 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
     }
 }
 
+/// Asserts minting went on after a member died at `killed`: in every second from the first
+/// to the sixth after it, some call succeeded.
+fn assert_minting_went_on(log: &common::HammerLog, killed: Instant, what: &str) {
+    for second in 1..7 {
+        let from = killed + Duration::from_secs(second);
+        let ok = log
+            .calls
+            .iter()
+            .any(|(end, _, code)| *code == tonic::Code::Ok && *end >= from && *end < from + Duration::from_secs(1));
+        assert!(ok, "minted nothing in second {second} after {what} died");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_etcd_leader_is_survived() {
+async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
     let mut cluster = EtcdCluster::start(3).await;
     let instances: Vec<Process> = (0..2).map(|_| serve(&cluster, "/leader", &[])).collect();
     for instance in &instances {
         mint(instance, 10).await;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let hammers: Vec<_> = instances.iter().map(|p| hammer(p.grpc, stop.clone())).collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let leader = cluster.leader().await;
-    let killed = Instant::now();
-    cluster.kill(leader);
-    // Several renewals and reservation writes later, with a dead member still listed.
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
-    for (i, task) in hammers.into_iter().enumerate() {
-        let log = task.await.unwrap();
-        // Minting went on: in every second after the first one, some call succeeded.
-        for second in 1..7 {
-            let from = killed + Duration::from_secs(second);
-            let ok = log
-                .calls
-                .iter()
-                .any(|(end, _, code)| *code == tonic::Code::Ok && *end >= from && *end < from + Duration::from_secs(1));
-            assert!(ok, "instance {i} minted nothing in second {second} after the leader died");
+    for victim in ["a follower", "the leader"] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let hammers: Vec<_> = instances.iter().map(|p| hammer(p.grpc, stop.clone())).collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let leader = cluster.leader().await;
+        let member = if victim == "the leader" { leader } else { (leader + 1) % 3 };
+        let killed = Instant::now();
+        cluster.kill(member);
+        // Several renewals and reservation writes later, with a dead member still listed.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        stop.store(true, Ordering::Relaxed);
+        for task in hammers {
+            let log = task.await.unwrap();
+            assert_minting_went_on(&log, killed, victim);
+            assert_increasing(&log.ids);
+            all.extend(log.ids);
         }
-        assert_increasing(&log.ids);
-        all.extend(log.ids);
+        for instance in &instances {
+            let metrics = common::http_get(instance.admin, "/metrics").await.1;
+            assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
+            assert_eq!(metric_value(&metrics, "snowmint_minting"), 1.0);
+        }
+        // Back to three members before the next kill, so the cluster keeps its quorum.
+        cluster.restart(member);
+        cluster.wait_healthy(Duration::from_secs(20)).await;
     }
     assert_unique(&all);
-    for instance in &instances {
-        let metrics = common::http_get(instance.admin, "/metrics").await.1;
-        assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
-        assert_eq!(metric_value(&metrics, "snowmint_minting"), 1.0);
-    }
 }
 
 #[tokio::test]
@@ -212,19 +223,8 @@ async fn every_slot_taken_exits_with_a_clear_line() {
     let mut all = mint(&a, 100).await;
     all.extend(mint(&b, 100).await);
     let endpoints = cluster.endpoints();
-    let (code, _, stderr) = run_binary(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--etcd-endpoints",
-        &endpoints,
-        "--etcd-prefix",
-        "/full",
-        "--worker-bits",
-        "1",
-    ]);
+    let (code, stderr) =
+        serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/full", "--worker-bits", "1"]);
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.contains("/full/workers/") && last.contains("2 slots"), "{stderr}");
@@ -238,19 +238,8 @@ async fn a_different_layout_is_refused() {
     let ids = mint(&a, 10).await;
     assert_unique(&ids);
     let endpoints = cluster.endpoints();
-    let (code, _, stderr) = run_binary(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--etcd-endpoints",
-        &endpoints,
-        "--etcd-prefix",
-        "/layout",
-        "--sequence-bits",
-        "11",
-    ]);
+    let (code, stderr) =
+        serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/layout", "--sequence-bits", "11"]);
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.contains("layout mismatch") && last.contains("/layout/layout"), "{stderr}");
@@ -298,19 +287,8 @@ async fn tls_with_client_certificates() {
     assert_unique(&ids);
 
     // Without a client certificate etcd refuses the connection, and the start says so.
-    let (code, _, stderr) = run_binary(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--etcd-endpoints",
-        &endpoints,
-        "--etcd-ca",
-        ca_path,
-        "--etcd-start-timeout-ms",
-        "2000",
-    ]);
+    let (code, stderr) =
+        serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-ca", ca_path, "--etcd-start-timeout-ms", "2000"]);
     assert_ne!(code, 0);
     assert!(stderr.lines().last().unwrap().contains("cannot reach etcd"), "{stderr}");
 }
@@ -323,17 +301,7 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     etcd.user_grant_role("root", "root").await.unwrap();
     etcd.auth_enable().await.unwrap();
     let endpoints = cluster.endpoints();
-    let base = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--etcd-endpoints",
-        &endpoints,
-        "--etcd-start-timeout-ms",
-        "2000",
-    ];
+    let base = ["--etcd-endpoints", &endpoints, "--etcd-start-timeout-ms", "2000"];
 
     // The password comes from SNOWMINT_ETCD_PASSWORD, never a flag.
     let mut command = std::process::Command::new(common::binary());
@@ -346,14 +314,15 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     let logs = process.drain_logs().join("\n");
     assert!(!logs.contains("s3cret-root"), "the password reached a log line");
 
-    let (code, _, stderr) = run_binary(&[&base[..], &["--etcd-user", "root"]].concat());
+    let (code, stderr) = serve_to_exit(&[&base[..], &["--etcd-user", "root"]].concat());
     assert_ne!(code, 0);
     assert!(stderr.contains("SNOWMINT_ETCD_PASSWORD"), "{stderr}");
-    let (code, _, stderr) = run_binary(&[&base[..], &["--etcd-password", "x"]].concat());
+    let (code, stderr) = serve_to_exit(&[&base[..], &["--etcd-password", "x"]].concat());
     assert_ne!(code, 0, "there is no password flag");
     assert!(stderr.contains("--etcd-password"), "{stderr}");
 
     let output = std::process::Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(base)
         .args(["--etcd-user", "root"])
         .env("SNOWMINT_ETCD_PASSWORD", "wrong")

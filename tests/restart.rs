@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Process, TestServer, assert_increasing, assert_unique, config, next_id_eventually, run_binary};
+use common::{Process, TestServer, assert_increasing, assert_unique, config, next_id_eventually, serve_to_exit};
 use snowmint::clock::{Clock, ManualClock, SystemClock};
 
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
@@ -87,17 +87,7 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
 fn corrupt_state_stops_the_start_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("worker-0.json"), "{\"version\":1,\"worker").unwrap();
-    let (code, _, stderr) = run_binary(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--state-dir",
-        dir.path().to_str().unwrap(),
-        "--log-format",
-        "json",
-    ]);
+    let (code, stderr) = serve_to_exit(&["--state-dir", dir.path().to_str().unwrap(), "--log-format", "json"]);
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.starts_with("snowmint: state file") && last.contains("corrupt"), "{stderr}");
@@ -110,8 +100,7 @@ async fn a_second_process_on_the_same_state_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().to_str().unwrap();
     let _first = Process::serve(&["--state-dir", state_dir]);
-    let (code, _, stderr) =
-        run_binary(&["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--state-dir", state_dir]);
+    let (code, stderr) = serve_to_exit(&["--state-dir", state_dir]);
     assert_ne!(code, 0);
     assert!(stderr.lines().last().unwrap().contains("in use by another snowmint process"), "{stderr}");
 }

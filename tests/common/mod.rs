@@ -249,6 +249,15 @@ pub fn run_binary(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `snowmint serve` on loopback ports with `args`, expecting it to exit (a start that
+/// fails): (exit code, stderr).
+pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
+    let mut full = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+    full.extend_from_slice(args);
+    let (code, _, stderr) = run_binary(&full);
+    (code, stderr)
+}
+
 /// Calls NextId until it succeeds, at most `limit`; every UNAVAILABLE on the way is allowed.
 pub async fn next_id_eventually(client: &mut IdServiceClient<Channel>, limit: Duration) -> u64 {
     let start = std::time::Instant::now();
