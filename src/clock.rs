@@ -11,8 +11,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of wall and monotonic time.
 pub trait Clock: Send + Sync + 'static {
+    /// Wall time, in microseconds since the Unix epoch. May go backward.
+    fn wall_us(&self) -> i64;
     /// Wall time, in milliseconds since the Unix epoch. May go backward.
-    fn wall_ms(&self) -> i64;
+    fn wall_ms(&self) -> i64 {
+        self.wall_us().div_euclid(1000)
+    }
     /// Time since an arbitrary fixed origin. Never goes backward.
     fn monotonic(&self) -> Duration;
 }
@@ -36,10 +40,10 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
-    fn wall_ms(&self) -> i64 {
+    fn wall_us(&self) -> i64 {
         match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-            Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+            Ok(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_micros()).unwrap_or(i64::MAX),
         }
     }
 
@@ -51,38 +55,39 @@ impl Clock for SystemClock {
 /// A clock moved only by hand, for tests. Clones share the same time.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
-    wall_ms: Arc<AtomicI64>,
+    wall_us: Arc<AtomicI64>,
     monotonic_ns: Arc<AtomicU64>,
 }
 
 impl ManualClock {
+    /// A clock at `wall_ms` (milliseconds since the Unix epoch).
     pub fn new(wall_ms: i64) -> ManualClock {
         let clock = ManualClock::default();
-        clock.wall_ms.store(wall_ms, Ordering::SeqCst);
+        clock.set_wall(wall_ms);
         clock
     }
 
     /// Moves both clocks forward by `d`, as real time passing does.
     pub fn advance(&self, d: Duration) {
-        self.wall_ms.fetch_add(d.as_millis() as i64, Ordering::SeqCst);
+        self.wall_us.fetch_add(d.as_micros() as i64, Ordering::SeqCst);
         self.monotonic_ns.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
     }
 
     /// Steps the wall clock alone by `delta_ms` (negative: backward), as NTP or an
     /// operator does.
     pub fn step_wall(&self, delta_ms: i64) {
-        self.wall_ms.fetch_add(delta_ms, Ordering::SeqCst);
+        self.wall_us.fetch_add(delta_ms * 1000, Ordering::SeqCst);
     }
 
-    /// Sets the wall clock alone.
+    /// Sets the wall clock alone, in milliseconds since the Unix epoch.
     pub fn set_wall(&self, wall_ms: i64) {
-        self.wall_ms.store(wall_ms, Ordering::SeqCst);
+        self.wall_us.store(wall_ms * 1000, Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
-    fn wall_ms(&self) -> i64 {
-        self.wall_ms.load(Ordering::SeqCst)
+    fn wall_us(&self) -> i64 {
+        self.wall_us.load(Ordering::SeqCst)
     }
 
     fn monotonic(&self) -> Duration {
@@ -104,6 +109,8 @@ mod tests {
         let shared = clock.clone();
         shared.set_wall(7);
         assert_eq!(clock.wall_ms(), 7);
+        shared.advance(Duration::from_micros(1_500));
+        assert_eq!((clock.wall_us(), clock.wall_ms()), (8_500, 8));
     }
 
     #[test]

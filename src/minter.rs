@@ -190,6 +190,14 @@ struct Minter {
     last_minted_ms: Option<i64>,
 }
 
+/// Waits shorter than this are slept precisely on a blocking thread rather than on tokio's
+/// millisecond timer.
+const PRECISE: Duration = Duration::from_micros(2_500);
+
+/// The last stretch of a precise wait, spent yielding rather than sleeping, since waking a
+/// sleeping thread takes tens of microseconds.
+const SPIN: Duration = Duration::from_micros(150);
+
 /// How often a refusing minter looks at the clock again while nothing else wakes it.
 const RECHECK: Duration = Duration::from_millis(250);
 
@@ -223,10 +231,19 @@ impl Minter {
             }
             let next = self.pass();
             let wake = match next {
-                Next::At(at) if at <= Instant::now() + Duration::from_millis(1) && !self.pending.is_empty() => {
-                    // Less than a timer tick away (the sequence ran out, or the clock is a
-                    // hair behind): yield instead of sleeping a whole timer granule.
-                    tokio::task::yield_now().await;
+                Next::At(at) if at <= Instant::now() + PRECISE && !self.pending.is_empty() => {
+                    // Less than a couple of timer granules away (the sequence ran out, or the
+                    // clock is a hair behind): tokio's 1 ms timer would overshoot the tick
+                    // boundary. Sleep most of the wait on a blocking thread (spinning all of
+                    // it took more than a core at full load), and yield through the last
+                    // stretch, to mint the moment the tick begins.
+                    let wait = at.saturating_duration_since(Instant::now());
+                    if wait > SPIN {
+                        let sleep = wait - SPIN;
+                        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(sleep)).await;
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
                     continue;
                 }
                 Next::At(at) => Some(at),
@@ -276,10 +293,10 @@ impl Minter {
     }
 
     /// The instant at which the wall clock reaches `tick`, measured from the reading
-    /// `now_ms` taken at `now`.
-    fn instant_of_tick(&self, tick: u64, now_ms: i64, now: Instant) -> Instant {
-        let ms = self.config.layout.tick_start_ms(tick).saturating_sub(now_ms).max(0) as u64;
-        now + Duration::from_millis(ms)
+    /// `now_us` taken at `now`.
+    fn instant_of_tick(&self, tick: u64, now_us: i64, now: Instant) -> Instant {
+        let start_us = self.config.layout.tick_start_ms(tick).saturating_mul(1000);
+        now + Duration::from_micros(start_us.saturating_sub(now_us).max(0) as u64)
     }
 
     fn notice_forward_jump(&mut self, now_ms: i64, mono: Duration) {
@@ -341,7 +358,8 @@ impl Minter {
     /// Serves what can be served now, and says when to try again.
     fn pass(&mut self) -> Next {
         let now = Instant::now();
-        let now_ms = self.clock.wall_ms();
+        let now_us = self.clock.wall_us();
+        let now_ms = now_us.div_euclid(1000);
         let mono = self.clock.monotonic();
         self.notice_forward_jump(now_ms, mono);
         if let Err(error) = self.sync_worker(mono) {
@@ -425,7 +443,7 @@ impl Minter {
                     _ => {}
                 }
                 self.set_readiness(Readiness::Serving);
-                let at = self.instant_of_tick(until, now_ms, now);
+                let at = self.instant_of_tick(until, now_us, now);
                 self.expire_before(at, || MintError::Deadline(format!("waiting for tick {until}")));
                 Next::At(at)
             }
@@ -448,7 +466,7 @@ impl Minter {
                 self.refuse_all(error);
                 // Wake when the clock should have come back, to report ready again; look
                 // sooner too, in case the clock is corrected forward in the meantime.
-                Next::At(self.instant_of_tick(last_tick + 1, now_ms, now).min(now + RECHECK))
+                Next::At(self.instant_of_tick(last_tick + 1, now_us, now).min(now + RECHECK))
             }
             Some(Blocked::Fenced { .. }) => {
                 self.extend_now.notify_one();
