@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::minter::{self, MinterConfig, Readiness};
 use crate::proto::id_service_server::IdServiceServer;
 use crate::service::Service;
-use crate::worker::{self, WorkerError};
+use crate::worker::{self, Minted, WorkerError};
 
 /// The gRPC service name reported by the health service.
 pub const SERVICE_NAME: &str = "snowmint.v1.IdService";
@@ -192,11 +192,14 @@ pub async fn run(
     // the final reservation covering all it minted.
     shutdown.cancel();
     stop_minter.cancel();
-    let last_minted_ms = minter_task.await.unwrap_or_else(|e| {
-        tracing::error!(error = %e, "minter task failed");
-        None
-    });
-    source.finish(last_minted_ms).await;
+    let minted = match minter_task.await {
+        Ok(last_minted_ms) => Minted::UpTo(last_minted_ms),
+        Err(e) => {
+            tracing::error!(error = %e, "minter task failed");
+            Minted::Unknown
+        }
+    };
+    source.finish(minted).await;
     let _ = health_task.await;
     let admin = admin_task.await.expect("admin task panicked");
     served?;

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
-use super::{Grant, WorkerError, WorkerSource, WorkerState};
+use super::{Grant, Minted, WorkerError, WorkerSource, WorkerState};
 use crate::clock::Clock;
 use crate::layout::{Layout, rfc3339_ms};
 use crate::metrics::Metrics;
@@ -518,7 +518,7 @@ async fn keep(
     held: Held,
     state_tx: watch::Sender<WorkerState>,
     extend_now: Arc<Notify>,
-    mut finish: oneshot::Receiver<Option<i64>>,
+    mut finish: oneshot::Receiver<Minted>,
 ) {
     let window_ms = keeper.config.window.as_millis() as i64;
     let extend_every = keeper.config.window / 3;
@@ -558,9 +558,13 @@ async fn keep(
         };
 
         tokio::select! {
-            last_minted = &mut finish => {
-                let last = last_minted.ok().flatten();
-                if let Some(final_ms) = last.max(current.floor_ms) {
+            minted = &mut finish => {
+                // Unknown (the minter failed): the saved reservation stays, covering it all.
+                let last = match minted {
+                    Ok(Minted::UpTo(last)) => last.max(current.floor_ms),
+                    _ => None,
+                };
+                if let Some(final_ms) = last {
                     // Nothing past the minter's last tick was minted: shrink the reservation
                     // to it (never below the inherited floor), so the next holder starts at once.
                     let until = Instant::now() + keeper.ttl;

@@ -68,23 +68,33 @@ pub enum WorkerError {
     WorkerOutOfRange { worker_id: u64, worker_bits: u8, max: u64 },
 }
 
+/// What the stopped minter minted, as the final reservation needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Minted {
+    /// The minter stopped cleanly: nothing past this Unix ms was minted (`None`: nothing).
+    UpTo(Option<i64>),
+    /// The minter failed, or never reported: what it minted is unknown, so the saved
+    /// reservation must stay as it is.
+    Unknown,
+}
+
 /// A running worker source, as the server sees it.
 pub struct WorkerSource {
     /// The state the minter reads.
     pub state: watch::Receiver<WorkerState>,
     /// Wakes the source to extend the reservation now (the minter found itself fenced).
     pub extend_now: Arc<Notify>,
-    finish: oneshot::Sender<Option<i64>>,
+    finish: oneshot::Sender<Minted>,
     task: JoinHandle<()>,
 }
 
 impl WorkerSource {
-    /// Ends the source after the minter stopped: `last_minted_ms` is the end of the last
-    /// tick minted. The source persists a final reservation (and releases its lease), so the
-    /// next run can start at once.
-    pub async fn finish(self, last_minted_ms: Option<i64>) {
+    /// Ends the source after the minter stopped. With [`Minted::UpTo`] the source shrinks the
+    /// saved reservation to what was minted (never below the inherited floor), so the next
+    /// run can start at once; then it releases its lease.
+    pub async fn finish(self, minted: Minted) {
         // The task may already have ended (its sender dropped): nothing left to do then.
-        let _ = self.finish.send(last_minted_ms);
+        let _ = self.finish.send(minted);
         if let Err(e) = self.task.await {
             tracing::error!(error = %e, "worker source task failed");
         }

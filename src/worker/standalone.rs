@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, oneshot, watch};
 
-use super::{Grant, WorkerError, WorkerSource, WorkerState};
+use super::{Grant, Minted, WorkerError, WorkerSource, WorkerState};
 use crate::clock::Clock;
 use crate::layout::{Layout, rfc3339_ms};
 use crate::metrics::Metrics;
@@ -220,7 +220,7 @@ async fn extend_loop(
     file: Arc<StateFile>,
     state_tx: watch::Sender<WorkerState>,
     extend_now: Arc<Notify>,
-    mut finish: oneshot::Receiver<Option<i64>>,
+    mut finish: oneshot::Receiver<Minted>,
     floor_ms: Option<i64>,
 ) {
     let window_ms = config.window.as_millis() as i64;
@@ -232,10 +232,14 @@ async fn extend_loop(
     let mut failing = false;
     loop {
         tokio::select! {
-            last_minted = &mut finish => {
+            minted = &mut finish => {
                 // The minter has stopped: nothing past its last tick was minted, so the
-                // reservation can shrink to that, and never below the inherited floor.
-                let last = last_minted.ok().flatten();
+                // reservation can shrink to that, and never below the inherited floor. If
+                // what it minted is unknown, the saved reservation stays.
+                let Ok(Minted::UpTo(last)) = minted else {
+                    tracing::warn!("the minter did not report what it minted; the saved reservation stays");
+                    break;
+                };
                 let Some(final_ms) = last.max(floor_ms) else { break };
                 let now = clock.wall_ms();
                 match write_blocking(&file, saved_state(&config, final_ms, now)).await {
@@ -325,6 +329,34 @@ mod tests {
         assert!(err.to_string().contains("--accept-missing-state"), "{err}");
         let (_, saved) = StateFile::open(dir.path(), 3, true).unwrap();
         assert_eq!(saved, None);
+    }
+
+    /// The final reservation shrinks to what the minter reports, and stays when what it
+    /// minted is unknown (a failed minter), so it always covers every ID issued.
+    #[tokio::test]
+    async fn the_final_reservation_shrinks_only_to_what_was_reported() {
+        use crate::clock::ManualClock;
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_800_000_000_000);
+        let read = |dir: &Path| -> i64 {
+            let saved: SavedState = serde_json::from_slice(&fs::read(dir.join("worker-3.json")).unwrap()).unwrap();
+            saved.reserved_until_ms
+        };
+        let source = start(config(dir.path()), Arc::new(clock.clone()), Metrics::new()).await.unwrap();
+        assert_eq!(read(dir.path()), 1_800_000_003_000);
+        source.finish(Minted::UpTo(Some(1_800_000_000_500))).await;
+        assert_eq!(read(dir.path()), 1_800_000_000_500);
+
+        // The next run reserves past that floor; a failed minter leaves the reservation whole.
+        let source = start(config(dir.path()), Arc::new(clock.clone()), Metrics::new()).await.unwrap();
+        assert_eq!(read(dir.path()), 1_800_000_003_500);
+        source.finish(Minted::Unknown).await;
+        assert_eq!(read(dir.path()), 1_800_000_003_500, "an unknown mint shrank the reservation");
+
+        // Never below the floor a previous run left, even when this run minted nothing.
+        let source = start(config(dir.path()), Arc::new(clock.clone()), Metrics::new()).await.unwrap();
+        source.finish(Minted::UpTo(None)).await;
+        assert_eq!(read(dir.path()), 1_800_000_003_500);
     }
 
     #[test]
