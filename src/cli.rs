@@ -259,9 +259,6 @@ impl ServeArgs {
         if uses_tls && self.etcd_ca.is_none() {
             return Err("TLS to etcd needs --etcd-ca (the CA that signed the etcd server certificates)".into());
         }
-        if self.etcd_cert.is_some() != self.etcd_key.is_some() {
-            return Err("--etcd-cert and --etcd-key go together".into());
-        }
         let password = std::env::var("SNOWMINT_ETCD_PASSWORD").ok();
         let user = match (&self.etcd_user, password) {
             (Some(user), Some(password)) => Some((user.clone(), password)),

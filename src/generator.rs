@@ -79,10 +79,6 @@ impl Generator {
         Generator { layout, worker, last_tick, next_sequence, reserved, max_back, at_floor: true }
     }
 
-    pub fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
     pub fn worker(&self) -> u64 {
         self.worker
     }

@@ -246,7 +246,7 @@ impl Keeper {
                 async move { c.txn(txn).await }
             })
             .await
-            .map_err(unreachable)?;
+            .map_err(etcd_unreachable)?;
         if response.succeeded() {
             tracing::info!(key, layout = %self.config.layout, "recorded the layout");
             return Ok(());
@@ -466,7 +466,7 @@ enum ClaimError {
     Call(#[from] CallError),
 }
 
-fn unreachable(e: CallError) -> WorkerError {
+fn etcd_unreachable(e: CallError) -> WorkerError {
     WorkerError::Etcd(format!("cannot reach etcd: {e}"))
 }
 
@@ -501,7 +501,7 @@ pub async fn start(config: EtcdConfig, clock: Arc<dyn Clock>, metrics: Metrics) 
             Err(ClaimError::Lost) if Instant::now() < until => continue,
             Err(ClaimError::Lost) => return Err(WorkerError::Etcd("lost every slot claimed".into())),
             Err(ClaimError::Corrupt(message)) => return Err(WorkerError::Etcd(message)),
-            Err(ClaimError::Call(e)) => return Err(unreachable(e)),
+            Err(ClaimError::Call(e)) => return Err(etcd_unreachable(e)),
         }
     };
     let (state_tx, state) = watch::channel(keeper.grant(&held));
