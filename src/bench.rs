@@ -95,7 +95,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     for _ in 0..args.connections {
         channels.push(endpoint.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.addr))?);
     }
-    let budget = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(args.calls.unwrap_or(u64::MAX)));
+    let budget = args.calls.map(|calls| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(calls)));
     let until = Instant::now() + Duration::from_secs_f64(if args.calls.is_some() { 3600.0 } else { args.duration });
     // Each worker's share of the rate, as the interval between its calls.
     let interval = args.rate.map(|rate| Duration::from_secs_f64(args.concurrency as f64 / rate));
@@ -127,16 +127,20 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
         let load = Load { method: args.method, batch_size: args.batch_size, until, interval, budget: budget.clone() };
         tasks.push(tokio::spawn(worker(target, load)));
     }
-    let mut ids = Vec::new();
-    let mut latencies = Vec::new();
-    let mut errors = 0;
+    let mut results = Vec::with_capacity(tasks.len());
     for task in tasks {
-        let (task_ids, task_latencies, task_errors) = task.await.map_err(|e| e.to_string())?;
-        ids.extend(task_ids);
-        latencies.extend(task_latencies);
-        errors += task_errors;
+        results.push(task.await.map_err(|e| e.to_string())?);
     }
+    // Before the IDs are gathered and sorted, which takes a while for millions of them.
     let elapsed = start.elapsed();
+    let mut ids = Vec::with_capacity(results.iter().map(|r| r.ids.len()).sum());
+    let mut latencies = Vec::with_capacity(results.iter().map(|r| r.latencies.len()).sum());
+    let mut errors = 0;
+    for result in results {
+        result.ids.drain_into(&mut ids);
+        result.latencies.drain_into(&mut latencies);
+        errors += result.errors;
+    }
     latencies.sort_unstable();
     let pct = |p: f64| {
         latencies
@@ -144,18 +148,67 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
             .map_or(Duration::ZERO, |&ns| Duration::from_nanos(ns))
     };
     let total = ids.len() as u64;
-    ids.sort_unstable();
-    ids.dedup();
     Ok(Report {
         calls: latencies.len() as u64,
         errors,
         ids: total,
-        duplicates: total - ids.len() as u64,
+        duplicates: duplicates(&mut ids),
         elapsed,
         p50: pct(0.50),
         p99: pct(0.99),
         p999: pct(0.999),
     })
+}
+
+/// How many of `ids` repeat an earlier one (sorts them).
+fn duplicates(ids: &mut [u64]) -> u64 {
+    ids.sort_unstable();
+    ids.windows(2).filter(|pair| pair[0] == pair[1]).count() as u64
+}
+
+/// Values kept in chunks that never grow past their first allocation, so keeping millions
+/// never copies them: a doubling `Vec` stalls its caller for milliseconds each time it grows,
+/// long enough to leave the server idle through whole ticks.
+#[derive(Default)]
+struct Chunks {
+    chunks: Vec<Vec<u64>>,
+}
+
+impl Chunks {
+    const CHUNK: usize = 1 << 16;
+
+    fn push(&mut self, value: u64) {
+        match self.chunks.last_mut() {
+            Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(value),
+            _ => {
+                let mut chunk = Vec::with_capacity(Self::CHUNK);
+                chunk.push(value);
+                self.chunks.push(chunk);
+            }
+        }
+    }
+
+    /// Keeps a whole vector as one chunk, without copying it.
+    fn push_all(&mut self, values: Vec<u64>) {
+        self.chunks.push(values);
+    }
+
+    fn len(&self) -> usize {
+        self.chunks.iter().map(Vec::len).sum()
+    }
+
+    fn drain_into(self, out: &mut Vec<u64>) {
+        for chunk in self.chunks {
+            out.extend_from_slice(&chunk);
+        }
+    }
+}
+
+/// What one worker got.
+struct Outcome {
+    ids: Chunks,
+    latencies: Chunks,
+    errors: u64,
 }
 
 /// What a worker calls.
@@ -170,40 +223,74 @@ struct Load {
     batch_size: u32,
     until: Instant,
     interval: Option<Duration>,
-    budget: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Calls left, when a count was given.
+    budget: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
-async fn worker(mut target: Target, load: Load) -> (Vec<u64>, Vec<u64>, u64) {
+async fn worker(mut target: Target, load: Load) -> Outcome {
     use std::sync::atomic::Ordering;
-    let mut ids = Vec::new();
-    let mut latencies = Vec::new();
-    let mut errors = 0;
+    let mut out = Outcome { ids: Chunks::default(), latencies: Chunks::default(), errors: 0 };
     let mut next_at = Instant::now();
-    while Instant::now() < load.until {
-        if load.budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err() {
+    // One clock read per call: a call's end is the next one's start (a read costs tens of
+    // nanoseconds, a good part of a buffered next_id()).
+    let mut start = Instant::now();
+    while start < load.until {
+        if let Some(budget) = &load.budget
+            && budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err()
+        {
             break;
         }
         if let Some(interval) = load.interval {
             tokio::time::sleep_until(next_at.into()).await;
             next_at += interval;
+            start = Instant::now();
         }
-        let start = Instant::now();
         let ok = match (&mut target, load.method) {
-            (Target::Buffered(client), _) => client.next_id().await.map(|id| ids.push(id)).is_ok(),
+            (Target::Buffered(client), _) => client.next_id().await.map(|id| out.ids.push(id)).is_ok(),
             (Target::Server(client), Method::Batch) => client
                 .batch_ids(BatchIdsRequest { count: load.batch_size })
                 .await
-                .map(|r| ids.extend(r.into_inner().ids))
+                .map(|r| out.ids.push_all(r.into_inner().ids))
                 .is_ok(),
             (Target::Server(client), _) => {
-                client.next_id(NextIdRequest {}).await.map(|r| ids.push(r.into_inner().id)).is_ok()
+                client.next_id(NextIdRequest {}).await.map(|r| out.ids.push(r.into_inner().id)).is_ok()
             }
         };
+        let end = Instant::now();
         if ok {
-            latencies.push(start.elapsed().as_nanos() as u64);
+            out.latencies.push(end.duration_since(start).as_nanos() as u64);
         } else {
-            errors += 1;
+            out.errors += 1;
         }
+        start = end;
     }
-    (ids, latencies, errors)
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicates_are_counted_once_per_repeat() {
+        assert_eq!(duplicates(&mut [3, 1, 2]), 0);
+        assert_eq!(duplicates(&mut [5, 1, 5, 2, 5, 1]), 3);
+        assert_eq!(duplicates(&mut []), 0);
+    }
+
+    #[test]
+    fn chunks_keep_every_value_in_order() {
+        let mut chunks = Chunks::default();
+        for i in 0..(Chunks::CHUNK as u64 + 10) {
+            chunks.push(i);
+        }
+        chunks.push_all(vec![7, 8, 9]);
+        chunks.push(10);
+        assert_eq!(chunks.len(), Chunks::CHUNK + 14);
+        let mut out = Vec::new();
+        chunks.drain_into(&mut out);
+        assert_eq!(out.len(), Chunks::CHUNK + 14);
+        assert_eq!(out[..3], [0, 1, 2]);
+        assert_eq!(out[out.len() - 4..], [7, 8, 9, 10]);
+    }
 }

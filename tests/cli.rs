@@ -82,3 +82,51 @@ fn next_without_a_server_fails_clearly() {
     assert_ne!(code, 0);
     assert!(err.starts_with("snowmint: cannot connect to http://127.0.0.1:1"), "{err}");
 }
+
+/// Runs `bench` against `url` with `args` and returns its report, asserting it succeeded.
+async fn bench(url: &str, args: &[&str]) -> String {
+    let args: Vec<String> = ["bench", "--addr", url].iter().chain(args).map(|s| s.to_string()).collect();
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_binary(&args)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// The number after `label` on the line that starts with it.
+fn field(report: &str, label: &str) -> u64 {
+    let line = report.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label} in {report}"));
+    line[label.len()..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// `bench` drives each method against a real server, and what it reports matches what the
+/// server issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_reports_what_the_server_issued() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let url = server.url();
+    let mut issued = server.metric("snowmint_ids_issued_total").await;
+    for (method, calls, ids) in [("next", 300, 300), ("batch", 40, 40 * 100)] {
+        let report = bench(
+            &url,
+            &["--method", method, "--batch-size", "100", "--concurrency", "8", "--calls", &calls.to_string()],
+        )
+        .await;
+        assert_eq!(field(&report, "calls"), calls, "{report}");
+        assert!(report.contains(&format!("all {ids} IDs are unique")), "{report}");
+        let now = server.metric("snowmint_ids_issued_total").await;
+        assert_eq!(now - issued, ids as f64, "{method}: {report}");
+        issued = now;
+    }
+    // The buffered client: every call is served from its local buffer, filled by BatchIds.
+    let report =
+        bench(&url, &["--method", "buffered", "--batch-size", "1000", "--concurrency", "4", "--duration", "0.5"]).await;
+    assert!(field(&report, "calls") > 0, "{report}");
+    assert!(report.contains(&format!("all {} IDs are unique", field(&report, "calls"))), "{report}");
+    assert!(server.metric("snowmint_ids_issued_total").await - issued >= field(&report, "calls") as f64);
+    server.stop().await;
+}
