@@ -297,9 +297,13 @@ impl Buffer {
     }
 
     async fn next_id(&self, pool: &Pool) -> Result<u64, ClientError> {
-        let deadline = Instant::now() + pool.timeout * pool.attempts as u32;
+        // A pop never waits, so a caller looping on next_id() would never give its thread
+        // back, and the refill it just woke (queued on the same thread) would not run until
+        // the buffer is empty. Take part in tokio's cooperative budget instead: yield now and
+        // then.
+        tokio::task::coop::consume_budget().await;
+        let mut deadline = None;
         loop {
-            let filled = self.filled.notified();
             let (id, low) = self.pop();
             if low {
                 self.refill.notify_one();
@@ -307,9 +311,15 @@ impl Buffer {
             if let Some(id) = id {
                 return Ok(id);
             }
+            // Empty: wait for a refill, registered before looking again so none is missed.
+            let filled = self.filled.notified();
+            if let (Some(id), _) = self.pop() {
+                return Ok(id);
+            }
             if let Some(error) = self.state.lock().expect("buffer lock").error.take() {
                 return Err(error);
             }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + pool.timeout * pool.attempts as u32);
             if tokio::time::timeout_at(deadline, filled).await.is_err() {
                 return Err(ClientError::Unavailable(tonic::Status::unavailable("no IDs arrived in time")));
             }
