@@ -9,7 +9,11 @@
 #
 # Prints a Markdown table (the README's performance section) and how each target fared.
 #
-#   scripts/bench.sh [--duration SECONDS]      (default 10 per measurement)
+#   scripts/bench.sh [--duration SECONDS] [--rounds N]
+#
+# Each measurement runs for --duration seconds (default 10). snowmint's NextId, Redis and
+# PostgreSQL take turns for --rounds rounds (default 3), and the table shows each one's
+# median.
 #
 # Installs h2load (nghttp2-client), Redis and PostgreSQL from Debian when missing. Must run
 # as root for PostgreSQL (it runs the server as the postgres user); without root the
@@ -18,11 +22,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 duration=10
+rounds=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --duration=*) duration=${1#*=}; shift ;;
-    *) echo "usage: scripts/bench.sh [--duration SECONDS]" >&2; exit 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --rounds=*) rounds=${1#*=}; shift ;;
+    *) echo "usage: scripts/bench.sh [--duration SECONDS] [--rounds N]" >&2; exit 2 ;;
   esac
 done
 
@@ -84,30 +91,20 @@ start_server() {
 # (twice the CPU per call, measured).
 start_server --worker-threads 1
 
-# --- NextId with 64 calls in flight: 4 connections x 16 streams, one h2load thread.
+# --- NextId with 64 calls in flight, Redis INCR and PostgreSQL nextval, in interleaved
+# rounds: this machine's speed drifts by 10-20% from minute to minute, so each figure is the
+# median of its rounds, and each round measures all three within a few seconds.
 printf '\0\0\0\0\0' >"$work/next.bin" # a gRPC frame holding an empty NextIdRequest
-before=$(metric snowmint_ids_issued_total)
-h2load -t 1 -c 4 -m 16 -D "$duration" --data="$work/next.bin" \
-  -H 'content-type: application/grpc' -H 'te: trailers' \
-  "http://127.0.0.1:$grpc_port/snowmint.v1.IdService/NextId" >"$work/h2load.txt"
-after=$(metric snowmint_ids_issued_total)
-# h2load counts gRPC errors (HTTP 200 with a non-zero grpc-status) as successes: count the
-# IDs the server really issued instead.
-next_rps=$(python3 -c "print(round(($after - $before) / $duration))")
-h2load_ok=$(awk '/^requests:/ { print $8 }' "$work/h2load.txt")
 
-# --- Redis INCR: 64 clients, no pipelining.
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/dev/null &
 pids+=($!)
 for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis_rps=$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 64 -P 1 -t incr -n $((duration * 60000)) --csv 2>/dev/null \
-  | awk -F'"' '/INCR/ { print int($4) }')
 
-# --- PostgreSQL sequence: pgbench, 64 clients running SELECT nextval.
-pg_rps=skipped
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+pg=false
 if [ "$(id -u)" = 0 ] && id postgres >/dev/null 2>&1; then
+  pg=true
   pg_port=$(free_port)
   mkdir -p "$work/pg" "$work/pg-run"
   chown postgres "$work/pg" "$work/pg-run"
@@ -116,9 +113,44 @@ if [ "$(id -u)" = 0 ] && id postgres >/dev/null 2>&1; then
     -o "-p $pg_port -k $work/pg-run -c listen_addresses=127.0.0.1 -c max_connections=100" start >/dev/null
   psql -h 127.0.0.1 -p "$pg_port" -U postgres -qc 'CREATE SEQUENCE ids' >/dev/null
   echo "SELECT nextval('ids');" >"$work/nextval.sql"
-  pg_rps=$(pgbench -h 127.0.0.1 -p "$pg_port" -U postgres -n -c 64 -j 2 -T "$duration" -f "$work/nextval.sql" postgres 2>/dev/null \
-    | awk '/^tps/ { print int($3) }')
 fi
+
+next_runs=()
+redis_runs=()
+pg_runs=()
+issued=0
+h2load_ok=0
+for round in $(seq "$rounds"); do
+  # snowmint: 4 connections x 16 streams, one h2load thread. h2load counts gRPC errors
+  # (HTTP 200 with a non-zero grpc-status) as successes: count the IDs the server really
+  # issued instead.
+  before=$(metric snowmint_ids_issued_total)
+  h2load -t 1 -c 4 -m 16 -D "$duration" --data="$work/next.bin" \
+    -H 'content-type: application/grpc' -H 'te: trailers' \
+    "http://127.0.0.1:$grpc_port/snowmint.v1.IdService/NextId" >"$work/h2load.txt"
+  after=$(metric snowmint_ids_issued_total)
+  next_runs+=("$(python3 -c "print(round(($after - $before) / $duration))")")
+  issued=$((issued + after - before))
+  h2load_ok=$((h2load_ok + $(awk '/^requests:/ { print $8 }' "$work/h2load.txt")))
+
+  # Redis INCR: 64 clients, no pipelining.
+  redis_runs+=("$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 64 -P 1 -t incr -n $((duration * 60000)) --csv 2>/dev/null \
+    | awk -F'"' '/INCR/ { print int($4) }')")
+
+  # PostgreSQL sequence: pgbench, 64 clients running SELECT nextval.
+  if $pg; then
+    pg_runs+=("$(pgbench -h 127.0.0.1 -p "$pg_port" -U postgres -n -c 64 -j 2 -T "$duration" -f "$work/nextval.sql" postgres 2>/dev/null \
+      | awk '/^tps/ { print int($3) }')")
+  fi
+  pg_last=skipped
+  if $pg; then pg_last=${pg_runs[-1]}; fi
+  echo "round $round: snowmint ${next_runs[-1]}, Redis ${redis_runs[-1]}, PostgreSQL $pg_last calls/s" >&2
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+next_rps=$(median "${next_runs[@]}")
+redis_rps=$(median "${redis_runs[@]}")
+pg_rps=skipped
+if $pg; then pg_rps=$(median "${pg_runs[@]}"); fi
 
 # --- p99 NextId at half the top throughput: h2load paced to half the rate over 16
 # connections, one call at a time each, with every request's latency logged. (Paced with
@@ -168,7 +200,8 @@ cat <<EOF
 | server peak RSS (MB) | $rss | | |
 | p99 NextId at half the top rate ($half_rps calls/s, h2load) | $half_p99 | | |
 
-h2load counted $h2load_ok requests as succeeded; the server issued $((after - before)) IDs.
+Medians of $rounds interleaved rounds of ${duration} s (snowmint: ${next_runs[*]}; Redis: ${redis_runs[*]}; PostgreSQL: ${pg_runs[*]:-skipped}).
+Over those rounds h2load counted $h2load_ok requests as succeeded; the server issued $issued IDs.
 EOF
 
 verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo "met   $2"; else echo "MISSED $2"; fi; }
