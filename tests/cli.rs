@@ -5,8 +5,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestServer, assert_increasing, config, run_binary, serve_to_exit};
+use std::time::Duration;
+
+use common::{Process, TestServer, assert_increasing, assert_unique, config, run_binary, serve_to_exit};
 use snowmint::clock::SystemClock;
+use snowmint::proto::{BatchIdsRequest, NextIdRequest};
 
 /// Runs `serve` with `args` and returns its error line, asserting it failed at once.
 fn serve_error(args: &[&str]) -> String {
@@ -129,4 +132,39 @@ async fn bench_reports_what_the_server_issued() {
     assert!(report.contains(&format!("all {} IDs are unique", field(&report, "calls"))), "{report}");
     assert!(server.metric("snowmint_ids_issued_total").await - issued >= field(&report, "calls") as f64);
     server.stop().await;
+}
+
+/// `serve` on one thread (the single-threaded scheduler) and on two worker threads: both mint
+/// under concurrent calls, including batches that wait for the next tick, and stop cleanly
+/// on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_mints_and_stops_on_any_number_of_threads() {
+    for threads in ["1", "2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Process::serve(&["--state-dir", dir.path().to_str().unwrap(), "--worker-threads", threads]);
+        let mut callers = Vec::new();
+        for _ in 0..8 {
+            let mut client = server.client().await;
+            callers.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for _ in 0..50 {
+                    ids.push(client.next_id(NextIdRequest {}).await.unwrap().into_inner().id);
+                    // 4,096 IDs a tick: batches of 3,000 run out the sequence and wait.
+                    ids.extend(client.batch_ids(BatchIdsRequest { count: 3000 }).await.unwrap().into_inner().ids);
+                }
+                ids
+            }));
+        }
+        let mut all = Vec::new();
+        for caller in callers {
+            let ids = caller.await.unwrap();
+            assert_increasing(&ids);
+            all.extend(ids);
+        }
+        assert_eq!(all.len(), 8 * 50 * 3001);
+        assert_unique(&all);
+        server.signal("TERM");
+        let status = server.wait(Duration::from_secs(10)).await;
+        assert!(status.success(), "--worker-threads {threads}: {status}");
+    }
 }
