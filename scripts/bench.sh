@@ -12,7 +12,7 @@
 #   scripts/bench.sh [--duration SECONDS] [--rounds N]
 #
 # Each measurement runs for --duration seconds (default 10). snowmint's NextId, Redis and
-# PostgreSQL take turns for --rounds rounds (default 3), and the table shows each one's
+# PostgreSQL take turns for --rounds rounds (default 5), and the table shows each one's
 # median.
 #
 # Installs h2load (nghttp2-client), Redis and PostgreSQL from Debian when missing. Must run
@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 duration=10
-rounds=3
+rounds=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
