@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Instructions the server executes per NextId call, counted by callgrind: unlike a timing,
+# the count does not drift with the machine, so it shows what a change to the call path
+# gains. The server runs under valgrind with --worker-threads 1; h2load makes 2,000 calls to
+# warm it, the counters are zeroed, and 20,000 calls at 64 in flight are counted.
+#
+#   scripts/count-instructions.sh [serve flags...]
+#
+# Needs valgrind and h2load (Debian's valgrind and nghttp2-client).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in valgrind callgrind_control h2load; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install valgrind nghttp2-client)" >&2; exit 1; }
+done
+cargo build --release --locked -q
+
+work=$(mktemp -d)
+server=
+cleanup() {
+  if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%p" target/release/snowmint serve \
+  --state-dir "$work/state" --listen "127.0.0.1:$port" --admin-listen 127.0.0.1:0 --worker-threads 1 "$@" \
+  2>"$work/serve.log" &
+server=$!
+printf '\0\0\0\0\0' >"$work/next.bin" # a gRPC frame holding an empty NextIdRequest
+calls() {
+  h2load -t 1 -c 4 -m 16 -n "$1" --data="$work/next.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
+    "http://127.0.0.1:$port/snowmint.v1.IdService/NextId" | awk '/^requests:/ { print $8 }'
+}
+for _ in $(seq 300); do
+  [ "$(calls 10 2>/dev/null || true)" = 10 ] && break
+  sleep 0.2
+done
+[ "$(calls 2000)" = 2000 ] || { echo "the warm-up calls failed; see $work/serve.log" >&2; exit 1; }
+callgrind_control --zero "$server" >/dev/null 2>&1
+[ "$(calls 20000)" = 20000 ] || { echo "some counted calls failed" >&2; exit 1; }
+callgrind_control --dump "$server" >/dev/null 2>&1
+sleep 1
+total=$(awk '/^(summary|totals):/ { print $2; exit }' "$(ls "$work"/callgrind.*.1 | head -n 1)")
+echo "$((total / 20000)) instructions per NextId call (over 20,000 calls)"
