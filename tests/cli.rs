@@ -4,7 +4,6 @@
 mod common;
 
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use common::{Process, TestServer, assert_increasing, assert_unique, config, run_binary, serve_to_exit};
