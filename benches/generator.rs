@@ -3,11 +3,13 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use snowmint::generator::Generator;
+use snowmint::generator::{Generator, Window};
 use snowmint::layout::Layout;
 
 fn generator() -> Generator {
-    Generator::new(Layout::default_snowmint(), 7, None, u64::MAX, 5)
+    let mut generator = Generator::new(Layout::default_snowmint(), 5).expect("the default layout is mintable");
+    generator.set_windows(&[Window { worker: 7, floor: None, reserved: u64::MAX }]);
+    generator
 }
 
 fn single(c: &mut Criterion) {

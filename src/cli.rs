@@ -18,8 +18,8 @@ use crate::proto::id_service_client::IdServiceClient;
 use crate::proto::{BatchIdsRequest, NextIdRequest};
 use crate::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
 use crate::service::decode;
-use crate::worker::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
-use crate::worker::standalone::StandaloneConfig;
+use crate::store::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
+use crate::store::file::StandaloneConfig;
 
 #[derive(Debug, Parser)]
 #[command(name = "snowmint", version, about = "Mints unique, roughly time-sorted 64-bit IDs over gRPC")]
@@ -101,6 +101,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_MAX_BATCH", default_value_t = 65_536,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_batch: u32,
+    /// IDs asked for and not yet answered, server-wide, beyond which calls get
+    /// RESOURCE_EXHAUSTED (every queued batch holds memory for its full count).
+    #[arg(long, env = "SNOWMINT_MAX_OUTSTANDING_IDS", default_value_t = 4_194_304,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub max_outstanding_ids: u64,
     /// How far ahead of the clock reservations reach, in ms.
     #[arg(long, env = "SNOWMINT_RESERVATION_WINDOW_MS", default_value = "3000", value_parser = parse_positive_ms)]
     pub reservation_window_ms: Duration,
@@ -191,15 +196,35 @@ impl ServeArgs {
         if self.reservation_window_ms < Duration::from_millis(300) {
             return Err("--reservation-window-ms must be at least 300".into());
         }
+        if self.reservation_window_ms > Duration::from_secs(3600) {
+            return Err("--reservation-window-ms must be at most 3600000 (an hour)".into());
+        }
         if self.max_wait_ms.is_zero() {
             return Err("--max-wait-ms must be at least 1".into());
+        }
+        // A batch must be mintable within the longest wait at the layout's rate.
+        let per_tick = layout.max_sequence() + 1;
+        let ticks = u64::from(self.max_batch).div_ceil(per_tick);
+        let needs_ms = ticks * layout.tick_ms;
+        if needs_ms > self.max_wait_ms.as_millis() as u64 {
+            return Err(format!(
+                "--max-batch {} needs {needs_ms} ms to mint at {per_tick} IDs per {} ms tick (--sequence-bits {}), more than --max-wait-ms {}",
+                self.max_batch,
+                layout.tick_ms,
+                layout.sequence_bits,
+                self.max_wait_ms.as_millis()
+            ));
+        }
+        if self.max_outstanding_ids < u64::from(self.max_batch) {
+            return Err(format!(
+                "--max-outstanding-ids {} is below --max-batch {}: the largest batch could never be asked for",
+                self.max_outstanding_ids, self.max_batch
+            ));
         }
         let worker = if self.etcd_endpoints.is_empty() {
             WorkerConfig::Standalone(StandaloneConfig {
                 state_dir: self.state_dir.clone(),
-                worker_id: self.worker_id,
-                window: self.reservation_window_ms,
-                layout: layout.clone(),
+                worker_ids: vec![self.worker_id],
                 accept_missing_state: self.accept_missing_state,
             })
         } else {
@@ -208,7 +233,9 @@ impl ServeArgs {
         Ok(ServeConfig {
             worker,
             layout,
+            reservation_window: self.reservation_window_ms,
             max_batch: self.max_batch,
+            max_outstanding_ids: self.max_outstanding_ids as usize,
             max_clock_back: self.max_clock_back_ms,
             max_wait: self.max_wait_ms,
             forward_jump_threshold: self.forward_jump_threshold_ms,
@@ -272,8 +299,6 @@ impl ServeArgs {
             lease_ttl: Duration::from_secs(self.lease_ttl),
             preferred_worker_id: preferred,
             hostname,
-            window: self.reservation_window_ms,
-            layout: layout.clone(),
             tls,
             user,
             start_timeout: self.etcd_start_timeout_ms,
@@ -431,16 +456,6 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let admin = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .map_err(|e| format!("cannot listen on {} (admin): {e}", args.admin_listen))?;
-    let grpc_addr = grpc.local_addr().map_err(|e| e.to_string())?;
-    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
-    tracing::info!(
-        %grpc_addr,
-        %admin_addr,
-        transport = GrpcTls::describe(config.tls.as_ref()),
-        layout = %config.layout,
-        version = env!("CARGO_PKG_VERSION"),
-        "snowmint listening"
-    );
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     crate::server::run(config, grpc, admin, clock, shutdown).await.map_err(|e| e.to_string())

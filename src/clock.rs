@@ -1,9 +1,11 @@
-//! The clock seam: wall time for the ID's time field, monotonic time for every wait and
-//! deadline.
+//! The clock seam: wall time for the ID's time field, boot time for every wait and deadline.
 //!
-//! Wall time may step backward or jump forward (NTP, an operator, a VM restore); monotonic
-//! time never does. The generator never reads either: the minter reads a [`Clock`] and passes
-//! ticks in. Tests use [`ManualClock`] to step wall time back and forth at will.
+//! Wall time may step backward or jump forward (NTP, an operator, a VM restore); boot time
+//! never does. Boot time counts the time the machine is suspended (Linux `CLOCK_BOOTTIME`),
+//! as an etcd lease does: `CLOCK_MONOTONIC` stops during a suspend, so a deadline measured on
+//! it would pass late, after the lease is gone. The generator reads no clock: the minter reads
+//! a [`Clock`] and passes ticks in. Tests use [`ManualClock`] to step wall time back and forth
+//! and to suspend the machine.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -17,19 +19,38 @@ pub trait Clock: Send + Sync + 'static {
     fn wall_ms(&self) -> i64 {
         self.wall_us().div_euclid(1000)
     }
-    /// Time since an arbitrary fixed origin. Never goes backward.
+    /// Time since an arbitrary fixed origin, counting suspend. Never goes backward.
     fn monotonic(&self) -> Duration;
+    /// Like [`Clock::monotonic`], but stopped while the machine is suspended. Only a planted
+    /// defect measures deadlines on it; it exists so the simulator can tell the two apart.
+    fn awake(&self) -> Duration {
+        self.monotonic()
+    }
 }
 
 /// The operating system's clocks.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     origin: Instant,
+    boot_origin: Duration,
+}
+
+/// `CLOCK_BOOTTIME` on Linux (monotonic, counting suspend); `CLOCK_MONOTONIC` elsewhere.
+fn boot_time() -> Duration {
+    #[cfg(target_os = "linux")]
+    let id = libc::CLOCK_BOOTTIME;
+    #[cfg(not(target_os = "linux"))]
+    let id = libc::CLOCK_MONOTONIC;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime failed: {}", std::io::Error::last_os_error());
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        SystemClock { origin: Instant::now() }
+        SystemClock { origin: Instant::now(), boot_origin: boot_time() }
     }
 }
 
@@ -48,15 +69,36 @@ impl Clock for SystemClock {
     }
 
     fn monotonic(&self) -> Duration {
+        boot_time().saturating_sub(self.boot_origin)
+    }
+
+    fn awake(&self) -> Duration {
         self.origin.elapsed()
     }
 }
 
-/// A clock moved only by hand, for tests. Clones share the same time.
-#[derive(Debug, Clone, Default)]
+/// A clock for tests: the wall clock moves only by hand; boot time runs in real time (so
+/// call deadlines and waits behave as in production) plus whatever is added by hand.
+/// Clones share the same time.
+#[derive(Debug, Clone)]
 pub struct ManualClock {
+    origin: Instant,
     wall_us: Arc<AtomicI64>,
-    monotonic_ns: Arc<AtomicU64>,
+    /// Added to the real time elapsed since `origin`.
+    offset_ns: Arc<AtomicU64>,
+    /// Time spent suspended, which [`Clock::awake`] does not count.
+    suspended_ns: Arc<AtomicU64>,
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock {
+            origin: Instant::now(),
+            wall_us: Arc::default(),
+            offset_ns: Arc::default(),
+            suspended_ns: Arc::default(),
+        }
+    }
 }
 
 impl ManualClock {
@@ -67,10 +109,10 @@ impl ManualClock {
         clock
     }
 
-    /// Moves both clocks forward by `d`, as real time passing does.
+    /// Moves both clocks forward by `d`, as time passing does.
     pub fn advance(&self, d: Duration) {
         self.wall_us.fetch_add(d.as_micros() as i64, Ordering::SeqCst);
-        self.monotonic_ns.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+        self.offset_ns.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
     }
 
     /// Steps the wall clock alone by `delta_ms` (negative: backward), as NTP or an
@@ -83,6 +125,12 @@ impl ManualClock {
     pub fn set_wall(&self, wall_ms: i64) {
         self.wall_us.store(wall_ms * 1000, Ordering::SeqCst);
     }
+
+    /// The machine sleeps for `d`: wall and boot time move on, awake time does not.
+    pub fn suspend(&self, d: Duration) {
+        self.advance(d);
+        self.suspended_ns.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+    }
 }
 
 impl Clock for ManualClock {
@@ -91,7 +139,11 @@ impl Clock for ManualClock {
     }
 
     fn monotonic(&self) -> Duration {
-        Duration::from_nanos(self.monotonic_ns.load(Ordering::SeqCst))
+        self.origin.elapsed() + Duration::from_nanos(self.offset_ns.load(Ordering::SeqCst))
+    }
+
+    fn awake(&self) -> Duration {
+        self.monotonic() - Duration::from_nanos(self.suspended_ns.load(Ordering::SeqCst))
     }
 }
 
@@ -103,14 +155,41 @@ mod tests {
     fn manual_clock_steps_wall_time_alone() {
         let clock = ManualClock::new(1_000);
         clock.advance(Duration::from_millis(5));
-        assert_eq!((clock.wall_ms(), clock.monotonic()), (1_005, Duration::from_millis(5)));
+        assert_eq!(clock.wall_ms(), 1_005);
+        assert!(clock.monotonic() >= Duration::from_millis(5));
+        let boot = clock.monotonic();
         clock.step_wall(-100);
-        assert_eq!((clock.wall_ms(), clock.monotonic()), (905, Duration::from_millis(5)));
+        assert_eq!(clock.wall_ms(), 905);
+        assert!(clock.monotonic() < boot + Duration::from_millis(50), "a wall step moved boot time");
         let shared = clock.clone();
         shared.set_wall(7);
         assert_eq!(clock.wall_ms(), 7);
         shared.advance(Duration::from_micros(1_500));
         assert_eq!((clock.wall_us(), clock.wall_ms()), (8_500, 8));
+    }
+
+    #[test]
+    fn a_suspend_moves_boot_time_but_not_awake_time() {
+        let clock = ManualClock::new(1_000);
+        clock.advance(Duration::from_secs(1));
+        clock.suspend(Duration::from_secs(30));
+        assert!(clock.monotonic() >= Duration::from_secs(31));
+        let awake = clock.awake();
+        let slept = clock.monotonic() - awake;
+        assert!(slept >= Duration::from_secs(30) && slept < Duration::from_millis(30_100), "{slept:?}");
+        assert_eq!(clock.wall_ms(), 31_000 + 1_000);
+    }
+
+    /// The system clock's deadlines run on CLOCK_BOOTTIME, which goes on through a suspend
+    /// as the etcd lease does.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn system_clock_measures_deadlines_on_boot_time() {
+        let clock = SystemClock::new();
+        let before = boot_time();
+        let reading = clock.monotonic() + clock.boot_origin;
+        let after = boot_time();
+        assert!(before <= reading && reading <= after, "{before:?} <= {reading:?} <= {after:?}");
     }
 
     #[test]

@@ -1,30 +1,36 @@
 //! The generator: the pure state machine that turns ticks into IDs.
 //!
-//! It holds the layout, the worker ID, the last tick used with its next sequence number, and
-//! the reservation limit. It does no I/O, never sleeps and never reads a clock: the caller
-//! passes the current tick in and gets back either IDs or the reason it cannot mint now
-//! ([`Blocked`]): wait until a tick, refuse, or fenced. The minter turns those into waits and
-//! gRPC errors.
+//! It holds the layout, the last ID it minted (the cursor) and, for each slot (worker ID) it
+//! may mint for, a window: the floor a previous holder left and the reservation that covers
+//! minting. Every ID it mints is greater than the one before, so one generator never repeats
+//! itself; the windows keep it clear of every other holder's IDs. With several slots, each
+//! tick is filled across the slots in ascending worker order before the next tick, so IDs
+//! stay strictly increasing.
+//!
+//! It does no I/O, never sleeps and never reads a clock: the caller passes the current tick
+//! and gets back IDs or the reason it cannot mint now ([`Blocked`]).
 
-use crate::layout::{Layout, Parts};
+use crate::layout::{FieldOrder, Layout, LayoutError, Parts};
 
 /// Why the generator cannot mint at the tick it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Blocked {
     /// Nothing can be minted before tick `tick`; ask again once the clock reaches it.
     WaitUntil { tick: u64, reason: WaitReason },
-    /// The clock is more than the wait threshold behind the last tick used: refuse at once.
-    /// Minting resumes by itself once the clock passes `last_tick`.
+    /// The clock is more than the wait threshold behind where minting must go on: refuse at
+    /// once. Minting resumes by itself once the clock passes `last_tick`.
     Refuse { behind: u64, last_tick: u64, reason: RefuseReason },
     /// `tick` is past the reservation `reserved`: minting it could repeat IDs after a
     /// restart or a take-over, so it waits for the reservation to be extended.
     Fenced { tick: u64, reserved: u64 },
+    /// No slot is held.
+    NoSlot,
 }
 
 /// Why a wait is needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitReason {
-    /// Every sequence number of the current tick is used.
+    /// Every sequence number of the current tick is used, in every slot.
     SequenceExhausted,
     /// The clock stepped back by `behind` ticks, within the threshold.
     ClockBehind { behind: u64 },
@@ -37,144 +43,223 @@ pub enum WaitReason {
 pub enum RefuseReason {
     /// The wall clock stepped back past the threshold after this generator minted.
     ClockStepBack,
-    /// The clock has not yet passed the reservation a previous run or holder of this worker
-    /// ID saved, and the gap is beyond the threshold.
+    /// The clock has not yet passed the reservation a previous run or holder of the slot
+    /// saved, and the gap is beyond the threshold.
     BelowFloor,
 }
 
-/// The generator state for one worker ID.
+/// The window one slot may mint in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub worker: u64,
+    /// Ticks up to and including this one may have been minted by a previous run or holder.
+    pub floor: Option<u64>,
+    /// Ticks up to and including this one are covered by a durable reservation.
+    pub reserved: u64,
+}
+
+/// A slot's window, with the last tick minted in it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    window: Window,
+    last_tick: Option<u64>,
+}
+
+/// The generator state of one instance.
 #[derive(Debug, Clone)]
 pub struct Generator {
     layout: Layout,
-    worker: u64,
-    /// The tick of the last ID issued, or the inherited floor before the first.
-    last_tick: u64,
-    /// The sequence number the next ID at `last_tick` gets; above the maximum when the
-    /// tick is used up (also for the inherited floor).
-    next_sequence: u64,
-    /// Ticks up to and including this one are covered by a durable reservation.
-    reserved: u64,
+    /// The last ID minted, as its parts: every new ID is greater.
+    last: Option<Parts>,
+    /// In ascending worker order.
+    slots: Vec<Slot>,
     /// Steps back of at most this many ticks are waited out; larger ones are refused.
     max_back: u64,
-    /// True until the first ID: `last_tick` is then a floor inherited from a previous
-    /// holder, not a tick this generator used.
-    at_floor: bool,
 }
 
 impl Generator {
-    /// A generator for `worker` that mints only ticks above `floor` (the last reservation a
-    /// previous run or holder of this worker saved) and up to `reserved`.
-    ///
-    /// Panics if `worker` does not fit the layout; callers validate it first.
-    pub fn new(layout: Layout, worker: u64, floor: Option<u64>, reserved: u64, max_back: u64) -> Generator {
-        assert!(worker <= layout.max_worker(), "worker {worker} does not fit the layout");
-        let (last_tick, next_sequence) = match floor {
-            // Invariant 2: a new holder mints only ticks above the previous reservation, so
-            // the floor tick starts out used up.
-            Some(floor) => (floor, layout.max_sequence() + 1),
-            None => (0, 0),
-        };
-        // The time field cannot hold ticks past the layout's maximum: cap the reservation.
-        let reserved = reserved.min(layout.max_tick());
-        Generator { layout, worker, last_tick, next_sequence, reserved, max_back, at_floor: true }
+    /// A generator for `layout` holding no slot yet. Only layouts whose IDs order as
+    /// (time, worker, sequence) and keep the sign bit 0 can be minted: the generator relies
+    /// on consecutive sequence numbers being consecutive IDs.
+    pub fn new(layout: Layout, max_back: u64) -> Result<Generator, LayoutError> {
+        if layout.order != FieldOrder::WorkerSequence {
+            return Err(LayoutError::NotMintable {
+                name: layout.name.clone(),
+                why:
+                    "snowmint mints only time | worker | sequence layouts (this one puts the sequence above the worker)"
+                        .into(),
+            });
+        }
+        if layout.total_bits() > 63 {
+            return Err(LayoutError::NotMintable {
+                name: layout.name.clone(),
+                why: format!("its fields take {} bits; minted IDs keep the sign bit 0", layout.total_bits()),
+            });
+        }
+        Ok(Generator { layout, last: None, slots: Vec::new(), max_back })
     }
 
-    pub fn worker(&self) -> u64 {
-        self.worker
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
-    /// The last tick an ID was minted at, or `None` before the first ID.
-    pub fn last_minted_tick(&self) -> Option<u64> {
-        (!self.at_floor).then_some(self.last_tick)
+    /// Replaces the slots and their windows (a claim taken, lost, or re-claimed). The cursor
+    /// stays: nothing below the last ID is ever minted again.
+    pub fn set_windows(&mut self, windows: &[Window]) {
+        let mut slots: Vec<Slot> = windows
+            .iter()
+            .map(|w| {
+                assert!(w.worker <= self.layout.max_worker(), "worker {} does not fit the layout", w.worker);
+                let last_tick = self.slots.iter().find(|s| s.window.worker == w.worker).and_then(|s| s.last_tick);
+                Slot { window: Window { reserved: w.reserved.min(self.layout.max_tick()), ..*w }, last_tick }
+            })
+            .collect();
+        slots.sort_by_key(|s| s.window.worker);
+        self.slots = slots;
     }
 
-    /// The tick the clock must pass before a refused generator can mint again.
-    pub fn last_tick(&self) -> u64 {
-        self.last_tick
+    /// Raises a slot's reservation. A lower value is ignored: a reservation once written
+    /// stays in force for its claim.
+    pub fn extend_reservation(&mut self, worker: u64, reserved: u64) {
+        let max = self.layout.max_tick();
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.window.worker == worker) {
+            slot.window.reserved = slot.window.reserved.max(reserved.min(max));
+        }
     }
 
-    pub fn reserved(&self) -> u64 {
-        self.reserved
+    /// The last ID minted, as its parts.
+    pub fn last(&self) -> Option<Parts> {
+        self.last
     }
 
-    /// Raises the reservation limit. A lower value is ignored: a reservation once written
-    /// stays in force for this generator.
-    pub fn extend_reservation(&mut self, reserved: u64) {
-        self.reserved = self.reserved.max(reserved.min(self.layout.max_tick()));
+    /// The last tick minted on `worker`, if any.
+    pub fn last_tick_of(&self, worker: u64) -> Option<u64> {
+        self.slots.iter().find(|s| s.window.worker == worker).and_then(|s| s.last_tick)
+    }
+
+    /// Per slot held, the last tick minted on it.
+    pub fn last_ticks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.slots.iter().filter_map(|s| Some((s.window.worker, s.last_tick?)))
+    }
+
+    /// The lowest reservation among the slots held (what the next fence would be).
+    pub fn reserved(&self) -> Option<u64> {
+        self.slots.iter().map(|s| s.window.reserved).min()
+    }
+
+    fn usable(window: &Window, tick: u64) -> bool {
+        window.floor.is_none_or(|f| tick > f) && tick <= window.reserved
+    }
+
+    /// The next position to mint at no later than tick `now`: (tick, slot index, sequence),
+    /// or why there is none.
+    fn next_position(&self, now: u64) -> Result<(u64, usize, u64), Blocked> {
+        if self.slots.is_empty() {
+            return Err(Blocked::NoSlot);
+        }
+        // The rest of the current tick: the same slot's next sequence, then higher slots.
+        if let Some(last) = self.last
+            && now == last.tick
+        {
+            if last.sequence < self.layout.max_sequence()
+                && let Some(i) = self.slots.iter().position(|s| s.window.worker == last.worker)
+                && Self::usable(&self.slots[i].window, last.tick)
+            {
+                return Ok((last.tick, i, last.sequence + 1));
+            }
+            if let Some(i) =
+                self.slots.iter().position(|s| s.window.worker > last.worker && Self::usable(&s.window, last.tick))
+            {
+                return Ok((last.tick, i, 0));
+            }
+        }
+        // A later tick: the first one at which some slot is above its floor.
+        let start = self.last.map_or(0, |l| l.tick + 1);
+        let first_free = self
+            .slots
+            .iter()
+            .map(|s| s.window.floor.map_or(start, |f| f.saturating_add(1).max(start)))
+            .min()
+            .expect("slots is not empty");
+        // Waiting for a previous holder's reservation to pass, not for this generator's own
+        // last tick: a clock short of it has not stepped back.
+        let below_floor = self.last.is_none_or(|l| first_free > l.tick + 1);
+        if let Some(last) = self.last
+            && now < last.tick
+            && !below_floor
+        {
+            // Invariant 5: a step back never resets the sequence; the generator waits for
+            // the clock to come back, or refuses.
+            let behind = last.tick - now;
+            return Err(if behind <= self.max_back {
+                Blocked::WaitUntil { tick: last.tick, reason: WaitReason::ClockBehind { behind } }
+            } else {
+                Blocked::Refuse { behind, last_tick: last.tick, reason: RefuseReason::ClockStepBack }
+            });
+        }
+        if first_free > now {
+            if !below_floor {
+                return Err(Blocked::WaitUntil { tick: first_free, reason: WaitReason::SequenceExhausted });
+            }
+            let behind = first_free - 1 - now;
+            return Err(if behind <= self.max_back {
+                Blocked::WaitUntil { tick: first_free, reason: WaitReason::BelowFloor { behind } }
+            } else {
+                Blocked::Refuse { behind, last_tick: first_free - 1, reason: RefuseReason::BelowFloor }
+            });
+        }
+        // Invariant 1: a tick is minted only while a reservation covers it.
+        match self.slots.iter().position(|s| Self::usable(&s.window, now)) {
+            Some(i) => Ok((now, i, 0)),
+            None => Err(Blocked::Fenced { tick: now, reserved: self.reserved().expect("slots is not empty") }),
+        }
     }
 
     /// Why the generator could not mint at tick `now`, without changing anything; `None`
     /// when it could.
     pub fn probe(&self, now: u64) -> Option<Blocked> {
-        if now < self.last_tick {
-            let behind = self.last_tick - now;
-            // Invariant 5: a step back never resets the sequence; the generator waits for
-            // the clock to come back, or refuses.
-            return Some(match (behind <= self.max_back, self.at_floor) {
-                (true, false) => {
-                    Blocked::WaitUntil { tick: self.last_tick, reason: WaitReason::ClockBehind { behind } }
-                }
-                (true, true) => {
-                    Blocked::WaitUntil { tick: self.last_tick + 1, reason: WaitReason::BelowFloor { behind } }
-                }
-                (false, false) => {
-                    Blocked::Refuse { behind, last_tick: self.last_tick, reason: RefuseReason::ClockStepBack }
-                }
-                (false, true) => {
-                    Blocked::Refuse { behind, last_tick: self.last_tick, reason: RefuseReason::BelowFloor }
-                }
-            });
-        }
-        // Invariant 1: a tick is minted only while it is covered by the reservation.
-        if now > self.reserved {
-            return Some(Blocked::Fenced { tick: now, reserved: self.reserved });
-        }
-        if now == self.last_tick && self.next_sequence > self.layout.max_sequence() {
-            let reason =
-                if self.at_floor { WaitReason::BelowFloor { behind: 0 } } else { WaitReason::SequenceExhausted };
-            return Some(Blocked::WaitUntil { tick: now + 1, reason });
-        }
-        None
+        self.next_position(now).err()
     }
 
-    /// Makes the generator ready to mint at tick `now`, or says why it cannot.
-    fn admit(&mut self, now: u64) -> Result<(), Blocked> {
-        if let Some(blocked) = self.probe(now) {
-            return Err(blocked);
+    /// Moves the cursor to the next position at or before `now`, or says why it cannot.
+    fn advance(&mut self, now: u64) -> Result<(usize, Parts), Blocked> {
+        if crate::defects::active(crate::defects::Defect::SequenceResetBeforeClockCheck)
+            && let Some(last) = &mut self.last
+            && now != last.tick
+        {
+            // The old Snowflake bug: the sequence restarts whenever the tick read changes,
+            // also when the clock went back, and minting repeats the last tick's IDs.
+            last.sequence = 0;
         }
-        if now > self.last_tick {
-            // Invariant 5: the sequence restarts only here, when the tick advances, after
-            // the clock check in `probe`.
-            self.last_tick = now;
-            self.next_sequence = 0;
-        }
-        self.at_floor = false;
-        Ok(())
+        // Invariant 5: the sequence restarts only here, when the tick advances, after the
+        // clock checks in `next_position`.
+        let (tick, i, sequence) = self.next_position(now)?;
+        let parts = Parts { tick, worker: self.slots[i].window.worker, sequence };
+        self.slots[i].last_tick = Some(tick);
+        self.last = Some(parts);
+        Ok((i, parts))
     }
 
     /// Mints one ID at tick `now`.
     pub fn next_id(&mut self, now: u64) -> Result<u64, Blocked> {
-        self.admit(now)?;
-        let id = self.layout.pack(Parts { tick: self.last_tick, worker: self.worker, sequence: self.next_sequence });
-        self.next_sequence += 1;
-        Ok(id)
+        let (_, parts) = self.advance(now)?;
+        Ok(self.layout.pack(parts))
     }
 
-    /// Appends IDs minted at tick `now` to `out` until it holds `want`, in one pass over
-    /// each tick's free sequence numbers. On `Err`, `out` keeps what was minted so far:
-    /// the caller asks again for the rest (after waiting for the next tick when the
+    /// Appends IDs minted no later than tick `now` to `out` until it holds `want`, in one
+    /// pass over each slot's free sequence numbers. On `Err`, `out` keeps what was minted so
+    /// far: the caller asks again for the rest (after waiting for the next tick when every
     /// sequence ran out).
     pub fn fill(&mut self, now: u64, out: &mut Vec<u64>, want: usize) -> Result<(), Blocked> {
+        let max_sequence = self.layout.max_sequence();
         while out.len() < want {
-            self.admit(now)?;
-            let free = self.layout.max_sequence() + 1 - self.next_sequence;
-            let take = free.min((want - out.len()) as u64);
-            let base = self.layout.pack(Parts { tick: self.last_tick, worker: self.worker, sequence: 0 });
-            let first = self.next_sequence;
-            // With the sequence in the lowest bits, consecutive sequence numbers are
-            // consecutive IDs.
-            out.extend((first..first + take).map(|sequence| base | sequence));
-            self.next_sequence += take;
+            let (_, first) = self.advance(now)?;
+            let take = (max_sequence - first.sequence + 1).min((want - out.len()) as u64);
+            // With the sequence in the lowest bits (checked in `new`), consecutive sequence
+            // numbers are consecutive IDs.
+            let base = self.layout.pack(first);
+            out.extend(base..base + take);
+            self.last = Some(Parts { sequence: first.sequence + take - 1, ..first });
         }
         Ok(())
     }
@@ -194,9 +279,15 @@ mod tests {
         Layout::snowmint(0, 10, 2)
     }
 
+    fn generator(layout: Layout, worker: u64, floor: Option<u64>, reserved: u64, max_back: u64) -> Generator {
+        let mut g = Generator::new(layout, max_back).unwrap();
+        g.set_windows(&[Window { worker, floor, reserved }]);
+        g
+    }
+
     #[test]
     fn mints_in_order_and_restarts_the_sequence_on_a_new_tick() {
-        let mut g = Generator::new(layout(), 3, None, 1_000, 5);
+        let mut g = generator(layout(), 3, None, 1_000, 5);
         let a = g.next_id(10).unwrap();
         let b = g.next_id(10).unwrap();
         let c = g.next_id(11).unwrap();
@@ -208,7 +299,7 @@ mod tests {
 
     #[test]
     fn exhausted_sequence_waits_for_the_next_tick_and_never_wraps() {
-        let mut g = Generator::new(small_layout(), 1, None, 1_000, 5);
+        let mut g = generator(small_layout(), 1, None, 1_000, 5);
         for _ in 0..4 {
             g.next_id(7).unwrap();
         }
@@ -218,7 +309,7 @@ mod tests {
 
     #[test]
     fn small_step_back_waits_until_the_last_tick() {
-        let mut g = Generator::new(layout(), 0, None, 1_000, 5);
+        let mut g = generator(layout(), 0, None, 1_000, 5);
         g.next_id(100).unwrap();
         assert_eq!(g.next_id(95), Err(Blocked::WaitUntil { tick: 100, reason: WaitReason::ClockBehind { behind: 5 } }));
         // Back at the last tick, the sequence goes on where it was.
@@ -227,7 +318,7 @@ mod tests {
 
     #[test]
     fn large_step_back_is_refused_and_keeps_the_sequence() {
-        let mut g = Generator::new(layout(), 0, None, 1_000, 5);
+        let mut g = generator(layout(), 0, None, 1_000, 5);
         g.next_id(100).unwrap();
         assert_eq!(
             g.next_id(94),
@@ -238,8 +329,8 @@ mod tests {
 
     #[test]
     fn floor_is_never_minted_at() {
-        let mut g = Generator::new(layout(), 0, Some(500), 1_000, 5);
-        assert_eq!(g.last_minted_tick(), None);
+        let mut g = generator(layout(), 0, Some(500), 1_000, 5);
+        assert_eq!(g.last(), None);
         assert_eq!(
             g.next_id(400),
             Err(Blocked::Refuse { behind: 100, last_tick: 500, reason: RefuseReason::BelowFloor })
@@ -247,23 +338,23 @@ mod tests {
         assert_eq!(g.next_id(497), Err(Blocked::WaitUntil { tick: 501, reason: WaitReason::BelowFloor { behind: 3 } }));
         assert_eq!(g.next_id(500), Err(Blocked::WaitUntil { tick: 501, reason: WaitReason::BelowFloor { behind: 0 } }));
         assert_eq!(layout().unpack(g.next_id(501).unwrap()).tick, 501);
-        assert_eq!(g.last_minted_tick(), Some(501));
+        assert_eq!(g.last_tick_of(0), Some(501));
     }
 
     #[test]
     fn ticks_past_the_reservation_are_fenced() {
-        let mut g = Generator::new(layout(), 0, None, 50, 5);
+        let mut g = generator(layout(), 0, None, 50, 5);
         g.next_id(50).unwrap();
         assert_eq!(g.next_id(51), Err(Blocked::Fenced { tick: 51, reserved: 50 }));
-        g.extend_reservation(40); // lower: ignored
-        assert_eq!(g.reserved(), 50);
-        g.extend_reservation(60);
+        g.extend_reservation(0, 40); // lower: ignored
+        assert_eq!(g.reserved(), Some(50));
+        g.extend_reservation(0, 60);
         g.next_id(51).unwrap();
     }
 
     #[test]
     fn fill_spans_ticks_and_keeps_what_it_minted() {
-        let mut g = Generator::new(small_layout(), 2, None, 1_000, 5);
+        let mut g = generator(small_layout(), 2, None, 1_000, 5);
         g.next_id(5).unwrap();
         let mut out = Vec::new();
         assert_eq!(g.fill(5, &mut out, 6), Err(Blocked::WaitUntil { tick: 6, reason: WaitReason::SequenceExhausted }));
@@ -276,13 +367,42 @@ mod tests {
         assert_eq!(parts[5], Parts { tick: 6, worker: 2, sequence: 2 });
     }
 
+    #[test]
+    fn several_slots_fill_each_tick_in_worker_order() {
+        let mut g = Generator::new(small_layout(), 5).unwrap();
+        g.set_windows(&[
+            Window { worker: 4, floor: None, reserved: 1_000 },
+            Window { worker: 1, floor: None, reserved: 1_000 },
+        ]);
+        let mut out = Vec::new();
+        assert_eq!(
+            g.fill(10, &mut out, 9),
+            Err(Blocked::WaitUntil { tick: 11, reason: WaitReason::SequenceExhausted })
+        );
+        let parts: Vec<_> = out.iter().map(|&id| small_layout().unpack(id)).collect();
+        assert_eq!(parts.len(), 8);
+        assert!(parts[..4].iter().all(|p| p.worker == 1 && p.tick == 10));
+        assert!(parts[4..].iter().all(|p| p.worker == 4 && p.tick == 10));
+        assert!(out.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn layouts_that_cannot_be_minted_say_why() {
+        for name in ["sonyflake", "discord", "instagram"] {
+            let err = Generator::new(Layout::named(name).unwrap(), 5).unwrap_err();
+            assert!(matches!(err, LayoutError::NotMintable { .. }), "{name}: {err}");
+            assert!(err.to_string().contains(name), "{err}");
+        }
+        Generator::new(Layout::named("twitter").unwrap(), 5).unwrap();
+    }
+
     /// One step of a random run: the clock moves, then the generator is asked for IDs.
     #[derive(Debug, Clone)]
     enum Step {
         Clock(i64),
         Next,
         Fill(usize),
-        Extend(u64),
+        Extend(usize, u64),
     }
 
     fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -292,25 +412,42 @@ mod tests {
                 1 => (-5_000i64..-20).prop_map(Step::Clock),
                 4 => Just(Step::Next),
                 2 => (1usize..12).prop_map(Step::Fill),
-                1 => (0u64..400).prop_map(Step::Extend),
+                1 => (0usize..3, 0u64..400).prop_map(|(slot, by)| Step::Extend(slot, by)),
             ],
             1..300,
         )
     }
 
+    /// Every named layout and a spread of snowmint layouts: those the generator accepts.
+    fn mintable_layouts() -> Vec<Layout> {
+        let mut layouts: Vec<Layout> =
+            crate::layout::NAMED_LAYOUTS.iter().map(|name| Layout::named(name).unwrap()).collect();
+        layouts.extend([Layout::snowmint(0, 10, 2), Layout::snowmint(0, 0, 1), Layout::snowmint(0, 20, 3)]);
+        layouts.into_iter().filter(|l| Generator::new(l.clone(), 0).is_ok()).collect()
+    }
+
     proptest! {
         /// No sequence of clock readings, steps back included, yields a duplicate or a
-        /// decrease, or a tick at or below the floor or past the reservation.
+        /// decrease, or a tick at or below a floor or past a reservation, with one slot or
+        /// several, on every layout the generator accepts.
         #[test]
         fn ids_strictly_increase_whatever_the_clock_does(
             steps in steps(),
+            layout_index in 0usize..8,
             start in 0u64..1_000,
-            floor in prop::option::of(0u64..1_200),
+            floors in prop::collection::vec(prop::option::of(0u64..1_200), 1..=3),
             max_back in 0u64..10,
         ) {
-            let layout = small_layout();
-            let mut reserved = start + 100;
-            let mut g = Generator::new(layout.clone(), 9, floor, reserved, max_back);
+            let layouts = mintable_layouts();
+            let layout = layouts[layout_index % layouts.len()].clone();
+            let mut g = Generator::new(layout.clone(), max_back).unwrap();
+            let mut windows: Vec<Window> = floors
+                .iter()
+                .enumerate()
+                .map(|(i, &floor)| Window { worker: (i as u64 * 3) & layout.max_worker(), floor, reserved: start + 100 })
+                .collect();
+            windows.dedup_by_key(|w| w.worker);
+            g.set_windows(&windows);
             let mut now = start as i64;
             let mut issued: Vec<u64> = Vec::new();
             for step in steps {
@@ -319,21 +456,30 @@ mod tests {
                     Step::Clock(d) => { now = (now + d).max(0); Ok(()) }
                     Step::Next => g.next_id(now as u64).map(|id| issued.push(id)),
                     Step::Fill(n) => g.fill(now as u64, &mut issued, before + n),
-                    Step::Extend(by) => { reserved = reserved.max(now as u64 + by); g.extend_reservation(reserved); Ok(()) }
+                    Step::Extend(slot, by) => {
+                        if let Some(w) = windows.get_mut(slot) {
+                            w.reserved = w.reserved.max(now as u64 + by);
+                            g.extend_reservation(w.worker, w.reserved);
+                        }
+                        Ok(())
+                    }
                 };
                 if let Err(blocked) = result {
                     match blocked {
-                        Blocked::WaitUntil { tick, .. } => prop_assert!(tick > now as u64 || tick == g.last_tick()),
+                        Blocked::WaitUntil { tick, .. } => prop_assert!(tick > now as u64 || g.last().is_some_and(|l| l.tick == tick)),
                         Blocked::Refuse { behind, .. } => prop_assert!(behind > max_back),
                         Blocked::Fenced { tick, reserved } => prop_assert!(tick > reserved),
+                        Blocked::NoSlot => prop_assert!(false, "slots are held"),
                     }
                 }
                 for &id in &issued[before..] {
                     let parts = layout.unpack(id);
+                    let window = windows.iter().find(|w| w.worker == parts.worker);
+                    prop_assert!(window.is_some(), "minted for a slot not held");
+                    let window = window.unwrap();
                     prop_assert!(parts.tick <= now as u64, "minted a tick ahead of the clock");
-                    prop_assert!(parts.tick <= reserved, "minted past the reservation");
-                    prop_assert!(floor.is_none_or(|f| parts.tick > f), "minted at or below the floor");
-                    prop_assert_eq!(parts.worker, 9);
+                    prop_assert!(parts.tick <= window.reserved, "minted past the reservation");
+                    prop_assert!(window.floor.is_none_or(|f| parts.tick > f), "minted at or below the floor");
                 }
             }
             prop_assert!(issued.windows(2).all(|w| w[0] < w[1]), "IDs not strictly increasing");

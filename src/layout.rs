@@ -28,6 +28,8 @@ pub enum LayoutError {
     Expired { expiry: String, time_bits: u8, tick_ms: u64, epoch: String },
     #[error("unknown layout {name:?}; known layouts: {known}")]
     UnknownName { name: String, known: String },
+    #[error("the {name} layout cannot be minted: {why}")]
+    NotMintable { name: String, why: String },
 }
 
 /// The order of the two low fields below the time field.

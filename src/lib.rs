@@ -6,8 +6,10 @@
 //!   sequence) into 64 bits; the generator turns ticks into IDs or says why it cannot; the
 //!   clock trait lets tests step time back and forth. No I/O, no tokio.
 //! - [`minter`]: the single task that owns the generator and answers every request.
-//! - [`worker`]: where the worker ID and the reservations come from (a static ID with a state
-//!   file, or an etcd lease).
+//! - [`keeper`]: the slot keeper, the one place the claim and reservation rules live, as a
+//!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
+//! - [`store`]: where slots are claimed and reservations kept (a state file, or etcd),
+//!   behind one small compare-and-set protocol.
 //! - [`service`], [`admin`], [`server`]: the gRPC service, the admin HTTP endpoint, and the
 //!   wiring with one shutdown token.
 //! - [`metrics`]: every Prometheus metric. [`cli`]: the command line; [`bench`]: its load tool.
@@ -21,11 +23,16 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod defects;
 pub mod generator;
+pub mod grant;
+pub mod keeper;
 pub mod layout;
 pub mod metrics;
 pub mod minter;
 pub mod proto;
 pub mod server;
 pub mod service;
-pub mod worker;
+#[cfg(test)]
+mod sim;
+pub mod store;

@@ -15,7 +15,16 @@ use prometheus::{
 pub const METHODS: [&str; 3] = ["NextId", "BatchIds", "Decode"];
 
 /// The gRPC codes a call can end with, as they appear in the `code` label.
-pub const CODES: [&str; 6] = ["OK", "InvalidArgument", "Unavailable", "DeadlineExceeded", "Cancelled", "Internal"];
+pub const CODES: [&str; 7] =
+    ["OK", "InvalidArgument", "Unavailable", "DeadlineExceeded", "Cancelled", "Internal", "ResourceExhausted"];
+
+/// The `result` label of store operations.
+pub const RESULT_OK: &str = "ok";
+pub const RESULT_FAILED: &str = "failed";
+
+/// The `action` label of clock steps back: waited out, or refused.
+pub const ACTION_WAITED: &str = "waited";
+pub const ACTION_REFUSED: &str = "refused";
 
 /// All of snowmint's metrics.
 #[derive(Clone)]
@@ -38,6 +47,8 @@ pub struct Metrics {
     pub reservation_headroom_seconds: Gauge,
     pub reservation_writes: IntCounterVec,
     pub layout_expiry_timestamp_seconds: Gauge,
+    pub fleet_slots_in_use: IntGauge,
+    pub fleet_slots: IntGauge,
     pub build_info: IntGaugeVec,
 }
 
@@ -126,6 +137,13 @@ impl Metrics {
             "Unix time at which the ID layout's time field runs out.",
         )
         .unwrap();
+        let fleet_slots_in_use = IntGauge::new(
+            "snowmint_fleet_slots_in_use",
+            "Worker slots taken across the fleet (etcd mode), as this instance last listed them.",
+        )
+        .unwrap();
+        let fleet_slots =
+            IntGauge::new("snowmint_fleet_slots", "Worker slots the layout allows (2^worker_bits).").unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -151,6 +169,8 @@ impl Metrics {
             reservation_headroom_seconds,
             reservation_writes,
             layout_expiry_timestamp_seconds,
+            fleet_slots_in_use,
+            fleet_slots,
             build_info,
         };
         metrics.register_all();
@@ -177,6 +197,8 @@ impl Metrics {
             Box::new(self.reservation_headroom_seconds.clone()),
             Box::new(self.reservation_writes.clone()),
             Box::new(self.layout_expiry_timestamp_seconds.clone()),
+            Box::new(self.fleet_slots_in_use.clone()),
+            Box::new(self.fleet_slots.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -191,10 +213,10 @@ impl Metrics {
                 self.requests.with_label_values(&[method, code]);
             }
         }
-        for action in ["waited", "refused"] {
+        for action in [ACTION_WAITED, ACTION_REFUSED] {
             self.clock_backward.with_label_values(&[action]);
         }
-        for result in ["ok", "failed"] {
+        for result in [RESULT_OK, RESULT_FAILED] {
             self.lease_renewals.with_label_values(&[result]);
             self.reservation_writes.with_label_values(&[result]);
         }

@@ -19,12 +19,17 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::clock::Clock;
+use crate::generator::Generator;
+use crate::grant::Minted;
+use crate::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy, StartError};
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
-use crate::minter::{self, MinterConfig, Readiness};
+use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
 use crate::proto::id_service_server::IdServiceServer;
 use crate::service::Service;
-use crate::worker::{self, Minted, WorkerError};
+use crate::store::StoreError;
+use crate::store::etcd::{EtcdConfig, EtcdStore};
+use crate::store::file::{FileStore, StandaloneConfig};
 
 /// The gRPC service name reported by the health service.
 pub const SERVICE_NAME: &str = "snowmint.v1.IdService";
@@ -32,8 +37,8 @@ pub const SERVICE_NAME: &str = "snowmint.v1.IdService";
 /// Where the worker ID comes from.
 #[derive(Debug, Clone)]
 pub enum WorkerConfig {
-    Standalone(worker::standalone::StandaloneConfig),
-    Etcd(worker::etcd::EtcdConfig),
+    Standalone(StandaloneConfig),
+    Etcd(EtcdConfig),
 }
 
 /// Certificates for gRPC over TLS.
@@ -89,7 +94,12 @@ impl Default for Limits {
 pub struct ServeConfig {
     pub layout: Layout,
     pub worker: WorkerConfig,
+    /// How far ahead of the minting time reservations reach.
+    pub reservation_window: Duration,
     pub max_batch: u32,
+    /// IDs asked for and not yet answered, server-wide, beyond which calls get
+    /// `RESOURCE_EXHAUSTED`.
+    pub max_outstanding_ids: usize,
     pub max_clock_back: Duration,
     pub max_wait: Duration,
     pub forward_jump_threshold: Duration,
@@ -106,7 +116,9 @@ pub enum ServeError {
     #[error("invalid layout: {0}")]
     Layout(#[from] LayoutError),
     #[error(transparent)]
-    Worker(#[from] WorkerError),
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Claim(String),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("reflection: {0}")]
@@ -117,7 +129,72 @@ pub enum ServeError {
     Tls(String),
 }
 
+/// How long the final reservation and the release may take on shutdown.
+const FINISH_LIMIT: Duration = Duration::from_secs(5);
+
+/// Opens the store and starts the keeper: the slot is claimed and its first reservation
+/// written before this returns.
+async fn start_keeper(
+    config: &ServeConfig,
+    clock: &Arc<dyn Clock>,
+    metrics: &Metrics,
+) -> Result<KeeperHandle, ServeError> {
+    let seed = clock.wall_us() as u64 ^ (u64::from(std::process::id()) << 32);
+    let keeper_config = |policy, ttl| KeeperConfig {
+        policy,
+        ttl,
+        window_ms: config.reservation_window.as_millis() as i64,
+        layout: config.layout.clone(),
+        seed,
+    };
+    let started = match &config.worker {
+        WorkerConfig::Standalone(standalone) => {
+            let store = FileStore::open(standalone, &config.layout)?;
+            let policy = SlotPolicy::Fixed(standalone.worker_ids.clone());
+            // A state file write is an fsync or two: seconds only on a disk in trouble.
+            keeper::start(
+                store,
+                keeper_config(policy, Duration::MAX),
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                clock.clone(),
+                metrics.clone(),
+            )
+            .await
+        }
+        WorkerConfig::Etcd(etcd) => {
+            let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?;
+            let policy = SlotPolicy::Leased { count: 1, preferred: etcd.preferred_worker_id.into_iter().collect() };
+            keeper::start(
+                store,
+                keeper_config(policy, etcd.lease_ttl),
+                etcd.call_timeout(),
+                etcd.start_timeout,
+                clock.clone(),
+                metrics.clone(),
+            )
+            .await
+        }
+    };
+    started.map_err(|e| match (&config.worker, e) {
+        (WorkerConfig::Etcd(etcd), StartError::Keeper(keeper::KeeperError::AllTaken { slots, .. })) => {
+            ServeError::Claim(format!(
+                "every worker slot under {}/workers/ is taken ({slots} slots for {} worker bits); stop an instance or widen --worker-bits on a new prefix",
+                etcd.prefix, config.layout.worker_bits
+            ))
+        }
+        (WorkerConfig::Etcd(_), StartError::Timeout { last, .. }) => {
+            ServeError::Claim(format!("cannot reach etcd: {last}"))
+        }
+        (_, e) => ServeError::Claim(e.to_string()),
+    })
+}
+
 /// Runs the server until `shutdown` is cancelled, then stops gracefully.
+///
+/// Everything that can be checked is checked before anything is claimed or written: the
+/// layout, the TLS files, then the store (its lock, its files, the layout it records). The
+/// `listening` line is logged only once the slot is held and the server about to serve.
 pub async fn run(
     config: ServeConfig,
     grpc: TcpListener,
@@ -126,33 +203,37 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     config.layout.validate_for_minting(clock.wall_ms())?;
+    Generator::new(config.layout.clone(), 0)?;
+    let tls = config.tls.as_ref().map(GrpcTls::server_config).transpose()?;
     let metrics = Metrics::new();
     metrics.layout_expiry_timestamp_seconds.set(config.layout.expiry_ms() as f64 / 1000.0);
 
-    let source = match &config.worker {
-        WorkerConfig::Standalone(standalone) => {
-            worker::standalone::start(standalone.clone(), clock.clone(), metrics.clone()).await?
-        }
-        WorkerConfig::Etcd(etcd) => worker::etcd::start(etcd.clone(), clock.clone(), metrics.clone()).await?,
-    };
+    let keeper = start_keeper(&config, &clock, &metrics).await?;
     // Stopped only once the gRPC server is done with the calls in flight.
     let stop_minter = CancellationToken::new();
+    let links = MinterLinks {
+        holding: keeper.holding.clone(),
+        extend_now: keeper.extend_now.clone(),
+        progress: keeper.progress.clone(),
+    };
+    let minter_config = MinterConfig {
+        layout: config.layout.clone(),
+        max_clock_back: config.max_clock_back,
+        max_wait: config.max_wait,
+        forward_jump_threshold: config.forward_jump_threshold,
+    };
     let (mint, readiness, minter_task) = minter::spawn(
-        MinterConfig {
-            layout: config.layout.clone(),
-            max_clock_back: config.max_clock_back,
-            max_wait: config.max_wait,
-            forward_jump_threshold: config.forward_jump_threshold,
-        },
+        minter_config,
+        config.max_outstanding_ids,
         clock.clone(),
         metrics.clone(),
-        source.state.clone(),
-        source.extend_now.clone(),
+        links,
         stop_minter.clone(),
-    );
+    )?;
 
     let (reporter, health) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(reporter, readiness.clone(), shutdown.clone()));
+    let admin_addr = admin.local_addr().map_err(ServeError::Admin)?;
     let admin_task = tokio::spawn(crate::admin::serve(admin, metrics.clone(), readiness, shutdown.clone()));
 
     let reflection = || {
@@ -161,12 +242,13 @@ pub async fn run(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let service = Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone());
+    let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
     let mut builder = tonic::transport::Server::builder()
         .max_concurrent_streams(config.limits.max_concurrent_streams)
         .timeout(config.limits.request_timeout);
-    if let Some(tls) = &config.tls {
-        builder = builder.tls_config(tls.server_config()?)?;
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
     }
     let ids = IdServiceServer::new(service).max_decoding_message_size(config.limits.max_request_bytes);
     let serve = builder
@@ -175,6 +257,14 @@ pub async fn run(
         .add_service(reflection().build_v1alpha()?)
         .add_service(ids)
         .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned());
+    tracing::info!(
+        %grpc_addr,
+        %admin_addr,
+        transport = GrpcTls::describe(config.tls.as_ref()),
+        layout = %config.layout,
+        version = env!("CARGO_PKG_VERSION"),
+        "snowmint listening"
+    );
     // Calls in flight get `shutdown_grace` to finish; a client that never closes its
     // connection (paused, or gone without a word) does not hold the shutdown up longer.
     let grace = async {
@@ -193,13 +283,13 @@ pub async fn run(
     shutdown.cancel();
     stop_minter.cancel();
     let minted = match minter_task.await {
-        Ok(last_minted_ms) => Minted::UpTo(last_minted_ms),
+        Ok(minted) => minted,
         Err(e) => {
             tracing::error!(error = %e, "minter task failed");
             Minted::Unknown
         }
     };
-    source.finish(minted).await;
+    keeper.finish(minted, FINISH_LIMIT).await;
     let _ = health_task.await;
     let admin = admin_task.await.expect("admin task panicked");
     served?;

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
@@ -28,7 +27,9 @@ pub enum ServiceError {
 /// The one mapping from snowmint's errors to gRPC status.
 pub fn status_of(error: ServiceError) -> Status {
     match &error {
-        // Every minting failure is retriable, here later or on another instance.
+        // Too much asked for at once, server-wide: retriable, but not by failing over at once.
+        ServiceError::Mint(MintError::Overloaded { .. }) => Status::resource_exhausted(error.to_string()),
+        // Every other minting failure is retriable, here later or on another instance.
         ServiceError::Mint(_) => Status::unavailable(error.to_string()),
         ServiceError::Layout(_) | ServiceError::BadCount { .. } | ServiceError::NotThisLayout { .. } => {
             Status::invalid_argument(error.to_string())
@@ -36,13 +37,13 @@ pub fn status_of(error: ServiceError) -> Status {
     }
 }
 
-/// The deadline a caller set with `grpc-timeout`, as an instant, less a tenth (at most
-/// 20 ms) so a refusal travels back before the caller's own timer fires.
-fn deadline_of<T>(request: &Request<T>) -> Option<Instant> {
+/// The time a caller allowed with `grpc-timeout`, less a tenth (at most 20 ms) so a refusal
+/// travels back before the caller's own timer fires.
+fn timeout_of<T>(request: &Request<T>) -> Option<Duration> {
     let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
     let timeout = parse_grpc_timeout(value)?;
     let margin = (timeout / 10).min(Duration::from_millis(20));
-    Some(Instant::now() + timeout - margin)
+    Some(timeout - margin)
 }
 
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
@@ -121,20 +122,20 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
         let start = std::time::Instant::now();
-        let result = self.minter.next_id(deadline_of(&request)).await;
+        let result = self.minter.next_id(timeout_of(&request)).await;
         finish(&self.next_id, start, result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
         let start = std::time::Instant::now();
-        let deadline = deadline_of(&request);
+        let timeout = timeout_of(&request);
         let count = request.into_inner().count;
         let result = if count == 0 || count > self.max_batch {
             Err(ServiceError::BadCount { got: count, max: self.max_batch })
         } else {
             self.metrics.batch_size.observe(f64::from(count));
             self.minter
-                .batch(count as usize, deadline)
+                .batch(count as usize, timeout)
                 .await
                 .map(|ids| BatchIdsResponse { ids })
                 .map_err(ServiceError::from)
@@ -172,6 +173,8 @@ mod tests {
     fn errors_map_to_their_codes() {
         let unavailable = status_of(MintError::LeaseExpired(3).into());
         assert_eq!(unavailable.code(), tonic::Code::Unavailable);
+        let overloaded = status_of(MintError::Overloaded { outstanding: 10, limit: 5 }.into());
+        assert_eq!(overloaded.code(), tonic::Code::ResourceExhausted);
         let bad = status_of(ServiceError::BadCount { got: 0, max: 65_536 });
         assert_eq!(bad.code(), tonic::Code::InvalidArgument);
         assert!(bad.message().contains("65536"), "{}", bad.message());

@@ -19,7 +19,7 @@ use snowmint::clock::Clock;
 use snowmint::layout::Layout;
 use snowmint::proto::id_service_client::IdServiceClient;
 use snowmint::server::{ServeConfig, WorkerConfig};
-use snowmint::worker::standalone::StandaloneConfig;
+use snowmint::store::file::StandaloneConfig;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -30,13 +30,13 @@ pub fn config(state_dir: &Path) -> ServeConfig {
     ServeConfig {
         worker: WorkerConfig::Standalone(StandaloneConfig {
             state_dir: state_dir.to_path_buf(),
-            worker_id: 5,
-            window: Duration::from_secs(3),
-            layout: layout.clone(),
+            worker_ids: vec![5],
             accept_missing_state: false,
         }),
         layout,
+        reservation_window: Duration::from_secs(3),
         max_batch: 65_536,
+        max_outstanding_ids: 4_194_304,
         max_clock_back: Duration::from_millis(5),
         max_wait: Duration::from_secs(1),
         forward_jump_threshold: Duration::from_secs(1),

@@ -1,0 +1,58 @@
+//! Planted defects: switches that put known bugs back, so the simulator's power to find them
+//! can itself be tested.
+//!
+//! They exist only in test builds (`cfg(test)`): in every other build [`active`] is a
+//! constant `false` and the checks compile away. Each is set per thread, so tests running in
+//! parallel do not see each other's defects.
+
+/// A bug the simulator must be able to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    /// Reservation writes without the compare on the slot's claim (breaks invariant 3).
+    WriteWithoutClaimCheck,
+    /// The lease deadline taken from when the renewal's reply arrived, not when it was sent.
+    DeadlineFromReply,
+    /// The floor read from a member's possibly stale copy (breaks invariant 2).
+    StaleFloorRead,
+    /// The sequence restarted whenever the tick changes, before the clock check (breaks
+    /// invariant 5: Twitter Snowflake's old bug).
+    SequenceResetBeforeClockCheck,
+    /// The final reservation shrunk even when what the minter minted is unknown, to the last
+    /// progress it reported.
+    ShrinkOnUnknown,
+    /// Reservation writes without the compare on the version they replace (finding 4).
+    WriteWithoutVersionCheck,
+    /// The lease deadline measured on a clock that stops while the machine is suspended.
+    DeadlineOnSuspendingClock,
+    /// A claim that already carries this session's lease treated as lost (finding 2).
+    ClaimNotIdempotent,
+}
+
+#[cfg(test)]
+pub use planted::{active, plant};
+
+/// Whether `defect` is planted: always `false` outside test builds.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn active(_defect: Defect) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod planted {
+    use super::Defect;
+    use std::cell::Cell;
+
+    thread_local! {
+        static ACTIVE: Cell<Option<Defect>> = const { Cell::new(None) };
+    }
+
+    pub fn active(defect: Defect) -> bool {
+        ACTIVE.with(|active| active.get() == Some(defect))
+    }
+
+    /// Plants `defect` (or none) on this thread.
+    pub fn plant(defect: Option<Defect>) {
+        ACTIVE.with(|active| active.set(defect));
+    }
+}

@@ -1,0 +1,82 @@
+//! What the slot keeper hands the minter, and what the minter hands back.
+//!
+//! The keeper publishes a [`Holding`] on a watch channel: the slots this instance holds, the
+//! window each may mint in, and the boot-time deadline past which the claim may be gone. The
+//! minter reads it on every pass and never mints outside it. When the minter stops it reports
+//! what it minted ([`Minted`]), so the keeper can shrink the saved reservations to exactly
+//! that, and only when it is known.
+
+use std::time::Duration;
+
+/// One slot (worker ID) held, and the window it may mint in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotGrant {
+    pub worker_id: u32,
+    /// Changes with every claim of this slot; the minter starts a new generator for a new
+    /// claim unless [`SlotGrant::resumes`].
+    pub claim: u64,
+    /// Unix ms up to which a previous run or holder of this slot may have minted; only later
+    /// times are minted (invariant 2). `None`: nothing was ever reserved for the slot.
+    pub floor_ms: Option<i64>,
+    /// Unix ms up to which a durable reservation, written by this instance while it held the
+    /// slot, covers minting (invariant 1).
+    pub reserved_ms: i64,
+    /// The store shows that nobody wrote this slot's reservation since this instance's own
+    /// last write (finding: a re-claim of the slot it just lost): nobody else can have minted
+    /// on it, so the minter may go on from its own last minted tick instead of the floor.
+    pub resumes: bool,
+}
+
+/// What the minter may mint with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holding {
+    /// No slot is held: minting refuses, saying why.
+    Unheld {
+        reason: String,
+    },
+    Held(Grant),
+}
+
+/// The slots held under one claim of the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// In ascending worker order; never empty.
+    pub slots: Vec<SlotGrant>,
+    /// Changes whenever the set of claims changes (a slot taken, lost or re-claimed), never
+    /// for a mere extension or renewal. A response is filled under one epoch only.
+    pub epoch: u64,
+    /// The boot-time instant ([`crate::clock::Clock::monotonic`]) past which the lease may
+    /// have expired; `None` when the claim cannot expire (a local state file).
+    pub deadline: Option<Duration>,
+}
+
+impl Holding {
+    pub fn grant(&self) -> Option<&Grant> {
+        match self {
+            Holding::Held(grant) => Some(grant),
+            Holding::Unheld { .. } => None,
+        }
+    }
+}
+
+/// What the stopped minter minted, as the final reservation needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Minted {
+    /// The minter stopped cleanly: for each slot it minted on, nothing past this Unix ms
+    /// was minted. A slot not listed minted nothing.
+    UpTo(Vec<(u32, i64)>),
+    /// The minter failed, or never reported: what it minted is unknown, so the saved
+    /// reservations must stay as they are.
+    Unknown,
+}
+
+impl Minted {
+    /// The last Unix ms minted on `worker_id`: `Some(None)` when nothing was, `None` when
+    /// what was minted is unknown.
+    pub fn last_ms(&self, worker_id: u32) -> Option<Option<i64>> {
+        match self {
+            Minted::UpTo(slots) => Some(slots.iter().find(|(w, _)| *w == worker_id).map(|(_, ms)| *ms)),
+            Minted::Unknown => None,
+        }
+    }
+}

@@ -1,0 +1,1005 @@
+//! The slot keeper's state machine: the rules that keep the promise, with no I/O of its own.
+//!
+//! Inputs: the time ([`Now`]: wall ms and the boot-time instant), the store's reply to the
+//! one request in flight, a timer firing, the minter's progress, and the order to stop.
+//! Outputs: the next store request ([`Keeper::poll_request`]), the holding for the minter
+//! ([`Keeper::poll_holding`]), the instant it wants to be woken ([`Keeper::poll_timeout`]),
+//! and events for logs and metrics ([`Keeper::poll_event`]).
+//!
+//! At most one request is in flight: the keeper decides the next one from its state once the
+//! reply to the last one is in, renewals first. A reply of unknown outcome is taken at its
+//! worst: a write may have landed (so its version is unknown until read again), a lease may
+//! be gone (so the deadline stays where the last confirmed renewal put it).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use crate::defects::{self, Defect};
+use crate::grant::{Grant, Holding, Minted, SlotGrant};
+use crate::layout::{Layout, rfc3339_ms};
+use crate::store::{Outcome, Reply, Request, SessionId, SlotRead, Stored, Version, Write};
+
+/// A reading of the clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Wall time, Unix ms. May step back and forth.
+    pub wall_ms: i64,
+    /// Time since boot, counting suspend (CLOCK_BOOTTIME). Never goes back.
+    pub boot: Duration,
+}
+
+/// Which slots to hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotPolicy {
+    /// Exactly these worker IDs (standalone mode: a static ID and its state file).
+    Fixed(Vec<u32>),
+    /// `count` free slots of the layout, the `preferred` ones first when free.
+    Leased { count: usize, preferred: Vec<u32> },
+}
+
+/// The keeper's settings.
+#[derive(Debug, Clone)]
+pub struct KeeperConfig {
+    pub policy: SlotPolicy,
+    /// The session TTL asked for (the store may grant more, or say it never expires).
+    pub ttl: Duration,
+    /// How far ahead of the minting time reservations reach, ms.
+    pub window_ms: i64,
+    pub layout: Layout,
+    /// Seeds the choice among free slots and the retry jitter.
+    pub seed: u64,
+}
+
+/// Why the keeper cannot hold what it was asked to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeeperError {
+    #[error("every slot is taken ({slots} slots; this instance holds {held} of the {wanted} it needs)")]
+    AllTaken { slots: u64, held: usize, wanted: usize },
+    #[error(
+        "{location} holds {reason}; it is never overwritten: fix or remove it by hand once no instance minted for slot {slot} past the time it meant"
+    )]
+    Corrupt { slot: u32, location: String, reason: String },
+}
+
+/// Why a slot was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// The store says the session (lease) is gone.
+    SessionGone,
+    /// A write found the slot's key no longer this session's.
+    NotOurs,
+    /// The slot's reservation is corrupt; it was given back.
+    Corrupt,
+}
+
+/// What happened, for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    SessionOpened {
+        session: SessionId,
+        ttl: Option<Duration>,
+    },
+    /// The fleet's slots in use, from a listing.
+    SlotsListed {
+        taken: usize,
+        slots: u64,
+    },
+    SlotTaken {
+        slot: u32,
+        claim: u64,
+        floor_ms: Option<i64>,
+        reserved_ms: i64,
+        resumed: bool,
+    },
+    SlotLost {
+        slot: u32,
+        reason: LossReason,
+    },
+    /// No free slot was found; the keeper retries.
+    NoFreeSlot {
+        slots: u64,
+    },
+    Renewed,
+    RenewFailed {
+        error: String,
+    },
+    /// The boot-time deadline passed with no renewal: minting is fenced.
+    DeadlinePassed,
+    ReservationsWritten {
+        slots: Vec<u32>,
+        until_ms: i64,
+    },
+    ReservationWriteFailed {
+        error: String,
+    },
+    /// A request failed (other than renewals and reservation writes).
+    RequestFailed {
+        request: &'static str,
+        error: String,
+    },
+    Corrupt {
+        slot: u32,
+        location: String,
+        reason: String,
+    },
+    FinalSaved {
+        slots: Vec<u32>,
+        until_ms: i64,
+    },
+    /// The final reservation was left as it is, and why.
+    FinalKept {
+        why: &'static str,
+    },
+    Closed,
+}
+
+/// The state of one claimed slot.
+#[derive(Debug, Clone)]
+struct Slot {
+    id: u32,
+    claim: u64,
+    phase: Phase,
+    /// The stored reservation's version as last known; `None` while a write of unknown
+    /// outcome may have changed it.
+    version: Option<Version>,
+    /// The previous holder's reservation, read after the claim.
+    floor_ms: Option<i64>,
+    /// The highest reservation this instance wrote durably for the slot under this claim.
+    confirmed_ms: Option<i64>,
+    resumes: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Claimed; the floor is not read yet.
+    NeedFloor,
+    /// The floor is read; the first reservation is not written yet.
+    NeedFirstWrite,
+    /// Published to the minter.
+    Granted,
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    id: SessionId,
+    /// `None`: never expires.
+    ttl: Option<Duration>,
+    deadline: Option<Duration>,
+    next_renew: Option<Duration>,
+    /// Whether the passing of the current deadline has been reported.
+    deadline_reported: bool,
+    renew_failing: bool,
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    id: u64,
+    request: Request,
+    sent: Duration,
+}
+
+/// The free slots as the last listing showed them.
+#[derive(Debug, Clone, Default)]
+struct Listing {
+    taken: BTreeSet<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct Stopping {
+    minted: Minted,
+    /// The final shrink was tried (or ruled out).
+    shrink_done: bool,
+}
+
+/// The slot keeper.
+#[derive(Debug)]
+pub struct Keeper {
+    config: KeeperConfig,
+    rng: u64,
+    session: Option<Session>,
+    slots: Vec<Slot>,
+    /// Per slot ID, the version of this instance's last confirmed reservation write: a
+    /// re-claim that finds it unchanged resumes instead of waiting out its own reservation.
+    own_writes: BTreeMap<u32, Version>,
+    /// Slots held before and lost: tried first when claiming again.
+    lost: Vec<u32>,
+    /// Slots found corrupt: never claimed again by this instance.
+    excluded: BTreeSet<u32>,
+    /// Slots bound to this session that it does not use: given back.
+    to_release: Vec<u32>,
+    listing: Option<Listing>,
+    in_flight: Option<InFlight>,
+    next_request_id: u64,
+    /// No request (other than a due renewal) before this instant.
+    retry_at: Option<Duration>,
+    backoff: Duration,
+    claims: u64,
+    epoch: u64,
+    published: Holding,
+    holding_changed: bool,
+    events: VecDeque<Event>,
+    /// The latest minting time the minter reported, Unix ms.
+    mint_ms: Option<i64>,
+    /// The last per-slot progress the minter reported.
+    progress: Vec<(u32, i64)>,
+    /// The minter found itself past the reservation: extend as soon as possible.
+    extend_asap: bool,
+    stopping: Option<Stopping>,
+    done: bool,
+    fatal: Option<KeeperError>,
+    /// True once every wanted slot was granted at least once: before that, failures that
+    /// would only be retried later stop the start instead.
+    started: bool,
+}
+
+/// The first retry delay after a failed request; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How soon a failed renewal is tried again.
+const RENEW_RETRY: Duration = Duration::from_millis(200);
+
+impl Keeper {
+    pub fn new(config: KeeperConfig) -> Keeper {
+        let rng = config.seed | 1;
+        Keeper {
+            config,
+            rng,
+            session: None,
+            slots: Vec::new(),
+            own_writes: BTreeMap::new(),
+            lost: Vec::new(),
+            excluded: BTreeSet::new(),
+            to_release: Vec::new(),
+            listing: None,
+            in_flight: None,
+            next_request_id: 0,
+            retry_at: None,
+            backoff: FIRST_BACKOFF,
+            claims: 0,
+            epoch: 0,
+            published: Holding::Unheld { reason: "no slot claimed yet".into() },
+            holding_changed: false,
+            events: VecDeque::new(),
+            mint_ms: None,
+            progress: Vec::new(),
+            extend_asap: false,
+            stopping: None,
+            done: false,
+            fatal: None,
+            started: false,
+        }
+    }
+
+    // ---- Outputs ----
+
+    /// The next request to send, if one is due now. The keeper records `now` as the
+    /// instant it was sent: call this right before sending.
+    pub fn poll_request(&mut self, now: Now) -> Option<(u64, Request)> {
+        if self.in_flight.is_some() || self.done || self.fatal.is_some() {
+            return None;
+        }
+        let request = self.next_request(now)?;
+        self.next_request_id += 1;
+        let id = self.next_request_id;
+        self.in_flight = Some(InFlight { id, request: request.clone(), sent: now.boot });
+        Some((id, request))
+    }
+
+    /// The holding for the minter, when it changed since the last call.
+    pub fn poll_holding(&mut self) -> Option<Holding> {
+        std::mem::take(&mut self.holding_changed).then(|| self.published.clone())
+    }
+
+    /// The holding as last published.
+    pub fn holding(&self) -> &Holding {
+        &self.published
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The boot-time instant at which the keeper wants to run again, if nothing else
+    /// happens first. `None`: only a reply or an input can give it work.
+    pub fn poll_timeout(&self, now: Now) -> Option<Duration> {
+        if self.done || self.fatal.is_some() {
+            return None;
+        }
+        let mut at: Option<Duration> = None;
+        let mut consider = |t: Option<Duration>| {
+            if let Some(t) = t {
+                at = Some(at.map_or(t, |a| a.min(t)));
+            }
+        };
+        if let Some(session) = &self.session {
+            consider(session.next_renew);
+            if !session.deadline_reported {
+                consider(session.deadline);
+            }
+        }
+        if self.in_flight.is_none() {
+            consider(self.retry_at);
+            consider(self.next_extension_at(now));
+        }
+        at
+    }
+
+    /// The error that stops the keeper, if any: the start fails with it.
+    pub fn fatal(&self) -> Option<&KeeperError> {
+        self.fatal.as_ref()
+    }
+
+    /// Whether every wanted slot has been granted at least once.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Whether the keeper has finished stopping.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    // ---- Inputs ----
+
+    /// A timer fired (or any other reason to look at the clock).
+    pub fn handle_timeout(&mut self, now: Now) {
+        if let Some(session) = &mut self.session
+            && let Some(deadline) = session.deadline
+            && now.boot >= deadline
+            && !session.deadline_reported
+            && !self.slots.is_empty()
+        {
+            session.deadline_reported = true;
+            self.events.push_back(Event::DeadlinePassed);
+        }
+    }
+
+    /// The minter reports how far minting has got: its minting time, and per slot the last
+    /// Unix ms minted. Reservations reach ahead of the minting time.
+    pub fn handle_progress(&mut self, mint_ms: i64, slots: Vec<(u32, i64)>) {
+        self.mint_ms = Some(self.mint_ms.map_or(mint_ms, |m| m.max(mint_ms)));
+        self.progress = slots;
+    }
+
+    /// The minter found itself past its reservation: extend at once.
+    pub fn extend_now(&mut self) {
+        self.extend_asap = true;
+        self.retry_at = None;
+    }
+
+    /// Starts stopping: shrink the reservations to what was minted (only when that is
+    /// known), then end the session.
+    pub fn finish(&mut self, minted: Minted) {
+        if self.stopping.is_none() {
+            self.stopping = Some(Stopping { minted, shrink_done: false });
+            self.retry_at = None;
+        }
+        self.publish_unheld("the server is stopping");
+    }
+
+    /// The reply to request `id`.
+    pub fn handle_reply(&mut self, now: Now, id: u64, reply: Reply) {
+        let Some(in_flight) = self.in_flight.take_if(|f| f.id == id) else {
+            return;
+        };
+        let InFlight { request, sent, .. } = in_flight;
+        if let Reply::Failed { error, outcome } = &reply {
+            self.failed(now, &request, error.clone(), *outcome);
+            return;
+        }
+        self.backoff = FIRST_BACKOFF;
+        match (request, reply) {
+            (Request::OpenSession { .. }, Reply::SessionOpened { session, ttl }) => {
+                self.opened(now, sent, session, ttl)
+            }
+            (Request::ListSlots { .. }, Reply::Slots { taken, ours }) => self.listed(now, taken, ours),
+            (Request::Claim { slot, session }, Reply::Claimed { won, .. }) => self.claimed(session, slot, won),
+            (Request::ReadReservations { .. }, Reply::Reservations(reads)) => self.read(reads),
+            (Request::WriteReservations { writes, .. }, Reply::Written(versions)) => {
+                self.written(now, writes, versions)
+            }
+            (Request::WriteReservations { writes, .. }, Reply::WriteRefused { not_ours, current }) => {
+                self.write_refused(writes, not_ours, current)
+            }
+            (Request::Renew { session }, Reply::Renewed { ttl }) => self.renewed(now, sent, session, ttl),
+            (Request::Renew { session }, Reply::SessionGone) => self.session_gone(session),
+            (Request::Release { slot, .. }, Reply::Released) => {
+                self.to_release.retain(|&s| s != slot);
+            }
+            (Request::CloseSession { .. }, Reply::SessionClosed) => {
+                self.session = None;
+                self.slots.clear();
+                self.events.push_back(Event::Closed);
+                if self.stopping.is_some() {
+                    self.done = true;
+                }
+            }
+            (request, reply) => {
+                // A store answering out of protocol: treat it as a failure of unknown outcome.
+                let error = format!("unexpected reply {reply:?} to {}", request.name());
+                self.failed(now, &request, error, Outcome::Unknown);
+            }
+        }
+    }
+
+    // ---- Deciding what to do next ----
+
+    fn next_request(&mut self, now: Now) -> Option<Request> {
+        if self.stopping.is_some() {
+            return self.next_stop_request(now);
+        }
+        // A due renewal goes first, whatever else waits: it is what keeps the claim.
+        if let Some(session) = &self.session
+            && session.next_renew.is_some_and(|at| now.boot >= at)
+        {
+            return Some(Request::Renew { session: session.id });
+        }
+        if self.retry_at.is_some_and(|at| now.boot < at) {
+            return None;
+        }
+        self.retry_at = None;
+        let Some(session) = self.session.as_ref().map(|s| s.id) else {
+            return Some(Request::OpenSession { ttl: self.config.ttl });
+        };
+        if let Some(&slot) = self.to_release.first() {
+            return Some(Request::Release { session, slot });
+        }
+        if self.wants_more_slots() {
+            return Some(self.next_claim_request(session));
+        }
+        if let Some(read) = self.next_read_request() {
+            return Some(read);
+        }
+        self.next_write_request(session, now)
+    }
+
+    fn wanted(&self) -> usize {
+        match &self.config.policy {
+            SlotPolicy::Fixed(ids) => ids.len(),
+            SlotPolicy::Leased { count, .. } => *count,
+        }
+    }
+
+    fn wants_more_slots(&self) -> bool {
+        self.stopping.is_none() && self.session.is_some() && self.slots.len() < self.wanted()
+    }
+
+    fn slot_count(&self) -> u64 {
+        self.config.layout.max_worker() + 1
+    }
+
+    fn next_claim_request(&mut self, session: SessionId) -> Request {
+        let held: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        if let SlotPolicy::Fixed(ids) = &self.config.policy {
+            let slot = *ids.iter().find(|id| !held.contains(id)).expect("wants more slots");
+            return Request::Claim { session, slot };
+        }
+        let Some(listing) = &self.listing else {
+            return Request::ListSlots { session };
+        };
+        let free = |id: &u32| !listing.taken.contains(id) && !held.contains(id) && !self.excluded.contains(id);
+        let SlotPolicy::Leased { preferred, .. } = &self.config.policy else { unreachable!() };
+        let slots = self.slot_count();
+        // The slots lost before come first (a re-claim gets its slot back when it can), then
+        // the configured preference (a StatefulSet ordinal), then any free one at random, so
+        // that instances starting together rarely race for the same slot.
+        let first = self.lost.iter().chain(preferred).copied().find(|id| u64::from(*id) < slots && free(id));
+        let candidates: Vec<u32> = match first {
+            Some(slot) => vec![slot],
+            None => (0..slots as u32).filter(free).collect(),
+        };
+        if candidates.is_empty() {
+            // The listing shows nothing free: list again to see whether slots were freed.
+            self.listing = None;
+            return Request::ListSlots { session };
+        }
+        let slot = candidates[(self.random() % candidates.len() as u64) as usize];
+        Request::Claim { session, slot }
+    }
+
+    fn next_read_request(&self) -> Option<Request> {
+        let slots: Vec<u32> =
+            self.slots.iter().filter(|s| s.phase == Phase::NeedFloor || s.version.is_none()).map(|s| s.id).collect();
+        let linearizable = !defects::active(Defect::StaleFloorRead);
+        (!slots.is_empty()).then_some(Request::ReadReservations { slots, linearizable })
+    }
+
+    /// The minting time reservations are measured from: the wall clock, or the minter's
+    /// time when that is ahead.
+    fn base_ms(&self, now: Now) -> i64 {
+        self.mint_ms.map_or(now.wall_ms, |m| m.max(now.wall_ms))
+    }
+
+    /// The largest reservation the layout can hold: its last millisecond.
+    fn ceiling_ms(&self) -> i64 {
+        self.config.layout.expiry_ms().saturating_sub(1)
+    }
+
+    fn target_ms(&self, now: Now, slot: &Slot) -> i64 {
+        let base = self.base_ms(now).max(slot.floor_ms.unwrap_or(i64::MIN));
+        base.saturating_add(self.config.window_ms).min(self.ceiling_ms())
+    }
+
+    /// Whether `slot` needs a reservation write now.
+    fn needs_write(&self, now: Now, slot: &Slot) -> bool {
+        if slot.version.is_none() {
+            return false;
+        }
+        match slot.phase {
+            Phase::NeedFloor => false,
+            Phase::NeedFirstWrite => true,
+            Phase::Granted => {
+                let target = self.target_ms(now, slot);
+                let confirmed = slot.confirmed_ms.unwrap_or(i64::MIN);
+                // Extended a third of a window ahead of need, so the hot path never waits.
+                target > confirmed
+                    && (self.extend_asap || target.saturating_sub(confirmed) >= self.config.window_ms / 3)
+            }
+        }
+    }
+
+    fn next_write_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
+        let writes: Vec<Write> = self
+            .slots
+            .iter()
+            .filter(|slot| self.needs_write(now, slot))
+            .map(|slot| Write {
+                slot: slot.id,
+                until_ms: self.target_ms(now, slot),
+                expect: Some(slot.version.expect("needs_write checked it")),
+                wall_ms: now.wall_ms,
+            })
+            .collect();
+        if writes.is_empty() {
+            return None;
+        }
+        // Invariant 3: the write applies only while this session holds each slot, and only
+        // over the exact version it replaces, so a late write never lowers the reservation.
+        let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
+        let writes = if defects::active(Defect::WriteWithoutVersionCheck) {
+            writes.into_iter().map(|w| Write { expect: None, ..w }).collect()
+        } else {
+            writes
+        };
+        Some(Request::WriteReservations { session, writes, check_claim })
+    }
+
+    /// When the next extension falls due, if nothing else prompts it.
+    fn next_extension_at(&self, now: Now) -> Option<Duration> {
+        self.slots
+            .iter()
+            .filter(|s| s.phase == Phase::Granted && s.version.is_some())
+            .filter_map(|s| s.confirmed_ms)
+            .map(|confirmed| {
+                // Due when base + window - confirmed reaches a third of the window.
+                let due_base = confirmed - self.config.window_ms + self.config.window_ms / 3;
+                let wait = due_base.saturating_sub(self.base_ms(now)).max(0);
+                now.boot + Duration::from_millis(wait as u64)
+            })
+            .min()
+    }
+
+    fn next_stop_request(&mut self, now: Now) -> Option<Request> {
+        let session = self.session.as_ref()?.id;
+        let stopping = self.stopping.as_mut().expect("stopping");
+        if !stopping.shrink_done {
+            stopping.shrink_done = true;
+            if let Some(request) = self.shrink_request(session, now) {
+                return Some(request);
+            }
+        }
+        Some(Request::CloseSession { session })
+    }
+
+    /// The final write: each granted slot's reservation shrunk to the last millisecond
+    /// minted on it (never below the floor it inherited), so the next start mints at once.
+    /// Only when what was minted is known, and every version is known.
+    fn shrink_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
+        let minted = self.stopping.as_ref().expect("stopping").minted.clone();
+        let minted = match minted {
+            Minted::UpTo(_) => minted,
+            Minted::Unknown if defects::active(Defect::ShrinkOnUnknown) => Minted::UpTo(self.progress.clone()),
+            Minted::Unknown => {
+                self.events.push_back(Event::FinalKept { why: "what the minter minted is unknown" });
+                return None;
+            }
+        };
+        let mut writes = Vec::new();
+        for slot in self.slots.iter().filter(|s| s.phase == Phase::Granted) {
+            let Some(version) = slot.version else {
+                self.events.push_back(Event::FinalKept { why: "a reservation write's outcome is unknown" });
+                return None;
+            };
+            let last = minted.last_ms(slot.id)?;
+            let epoch = self.config.layout.epoch_ms;
+            let until_ms = last.max(slot.floor_ms).unwrap_or(epoch).max(epoch);
+            if slot.confirmed_ms.is_some_and(|c| until_ms < c) {
+                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: now.wall_ms });
+            }
+        }
+        if writes.is_empty() {
+            return None;
+        }
+        let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
+        Some(Request::WriteReservations { session, writes, check_claim })
+    }
+
+    // ---- Handling replies ----
+
+    fn failed(&mut self, now: Now, request: &Request, error: String, outcome: Outcome) {
+        match request {
+            Request::Renew { .. } => {
+                self.events.push_back(Event::RenewFailed { error });
+                if let Some(session) = &mut self.session {
+                    session.renew_failing = true;
+                    session.next_renew = Some(now.boot + RENEW_RETRY);
+                }
+                return;
+            }
+            Request::WriteReservations { writes, .. } => {
+                self.events.push_back(Event::ReservationWriteFailed { error });
+                if outcome == Outcome::Unknown {
+                    // The write may have landed: its version is unknown until read again.
+                    for write in writes {
+                        if let Some(slot) = self.slots.iter_mut().find(|s| s.id == write.slot) {
+                            slot.version = None;
+                        }
+                    }
+                }
+            }
+            Request::CloseSession { .. } if self.stopping.is_some() => {
+                // The lease expires by itself; nothing more to do.
+                self.events.push_back(Event::RequestFailed { request: request.name(), error });
+                self.session = None;
+                self.done = true;
+                return;
+            }
+            Request::Claim { .. } => {
+                // The claim may have committed with its reply lost: list again, and a slot
+                // that carries this session is adopted as this instance's own.
+                self.listing = None;
+                self.events.push_back(Event::RequestFailed { request: request.name(), error });
+            }
+            _ => self.events.push_back(Event::RequestFailed { request: request.name(), error }),
+        }
+        if self.stopping.is_some() {
+            // Stopping: a failed final write leaves the saved reservation as it is.
+            return;
+        }
+        self.retry_at = Some(now.boot + self.jittered(self.backoff));
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    fn margin(ttl: Duration) -> Duration {
+        (ttl / 10).max(Duration::from_millis(500)).min(ttl / 2)
+    }
+
+    /// The local deadline of a claim confirmed by a request sent at `sent`.
+    fn deadline(&self, now: Now, sent: Duration, ttl: Duration) -> Duration {
+        // Invariant 4's other half: the deadline counts from when the request was *sent*
+        // (the store may have started the TTL any time after that), never from the reply.
+        let from = if defects::active(Defect::DeadlineFromReply) { now.boot } else { sent };
+        from + ttl - Self::margin(ttl)
+    }
+
+    fn opened(&mut self, now: Now, sent: Duration, session: SessionId, ttl: Option<Duration>) {
+        // The first renewal is timed from the grant, not from the end of the claim.
+        let (deadline, next_renew) = match ttl {
+            Some(ttl) => (Some(self.deadline(now, sent, ttl)), Some(sent + ttl / 3)),
+            None => (None, None),
+        };
+        self.session =
+            Some(Session { id: session, ttl, deadline, next_renew, deadline_reported: false, renew_failing: false });
+        self.listing = None;
+        self.events.push_back(Event::SessionOpened { session, ttl });
+    }
+
+    fn listed(&mut self, now: Now, taken: Vec<u32>, ours: Vec<u32>) {
+        let slots = self.slot_count();
+        self.events.push_back(Event::SlotsListed { taken: taken.len(), slots });
+        // A slot that already carries this session is this instance's: a claim whose reply
+        // was lost committed. Adopt it rather than leaving it bound to the lease.
+        for slot in ours {
+            if self.slots.iter().any(|s| s.id == slot) {
+                continue;
+            }
+            if self.slots.len() < self.wanted() && !self.excluded.contains(&slot) {
+                self.adopt(slot);
+            } else if !self.to_release.contains(&slot) {
+                self.to_release.push(slot);
+            }
+        }
+        let held: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        let taken: BTreeSet<u32> = taken.into_iter().collect();
+        let free =
+            (0..slots as u32).filter(|id| !taken.contains(id) && !held.contains(id) && !self.excluded.contains(id));
+        if self.wants_more_slots() && free.count() == 0 {
+            self.no_free_slot(now);
+            return;
+        }
+        self.listing = Some(Listing { taken });
+    }
+
+    fn no_free_slot(&mut self, now: Now) {
+        let slots = self.slot_count();
+        if !self.started {
+            self.fatal = Some(KeeperError::AllTaken { slots, held: self.slots.len(), wanted: self.wanted() });
+            return;
+        }
+        // Running: slots may free up (an instance stops, a lease expires); look again later.
+        self.events.push_back(Event::NoFreeSlot { slots });
+        self.listing = None;
+        self.retry_at = Some(now.boot + self.jittered(MAX_BACKOFF));
+    }
+
+    fn adopt(&mut self, slot: u32) {
+        self.claims += 1;
+        self.slots.push(Slot {
+            id: slot,
+            claim: self.claims,
+            phase: Phase::NeedFloor,
+            version: Some(Version::Absent),
+            floor_ms: None,
+            confirmed_ms: None,
+            resumes: false,
+        });
+        self.slots.sort_by_key(|s| s.id);
+    }
+
+    fn claimed(&mut self, session: SessionId, slot: u32, won: bool) {
+        if self.session.as_ref().is_none_or(|s| s.id != session) {
+            return;
+        }
+        let won = won && !defects::active(Defect::ClaimNotIdempotent);
+        if won {
+            if !self.slots.iter().any(|s| s.id == slot) {
+                self.adopt(slot);
+            }
+        } else if let Some(listing) = &mut self.listing {
+            // Someone else was faster: the slot is taken; pick another.
+            listing.taken.insert(slot);
+        }
+    }
+
+    /// Checks a stored reservation: `Ok(None)` when absent, the value and version when it
+    /// is a time the layout can hold, and an error naming where it lives otherwise.
+    fn check_stored(&self, read: &SlotRead) -> Result<(Option<i64>, Version), KeeperError> {
+        let corrupt =
+            |reason: String| KeeperError::Corrupt { slot: read.slot, location: read.location.clone(), reason };
+        match &read.stored {
+            Stored::Absent => Ok((None, Version::Absent)),
+            Stored::Corrupt { reason } => Err(corrupt(reason.clone())),
+            Stored::Reserved { until_ms, version } => {
+                let layout = &self.config.layout;
+                // A reservation outside the layout's time range is corrupt: trusting it could
+                // overflow, or read as "no floor" (a silent reset).
+                if *until_ms < layout.epoch_ms || *until_ms >= layout.expiry_ms() {
+                    return Err(corrupt(format!(
+                        "the reservation {until_ms} ({}), outside the layout's time range {} to {}",
+                        rfc3339_ms(*until_ms),
+                        rfc3339_ms(layout.epoch_ms),
+                        rfc3339_ms(layout.expiry_ms())
+                    )));
+                }
+                Ok((Some(*until_ms), *version))
+            }
+        }
+    }
+
+    fn read(&mut self, reads: Vec<SlotRead>) {
+        for read in reads {
+            let Some(index) = self.slots.iter().position(|s| s.id == read.slot) else { continue };
+            let checked = self.check_stored(&read);
+            let slot = &mut self.slots[index];
+            match checked {
+                Err(error) => {
+                    let KeeperError::Corrupt { slot: id, location, reason } = &error else { unreachable!() };
+                    self.events.push_back(Event::Corrupt {
+                        slot: *id,
+                        location: location.clone(),
+                        reason: reason.clone(),
+                    });
+                    if !self.started || matches!(self.config.policy, SlotPolicy::Fixed(_)) {
+                        self.fatal = Some(error);
+                        return;
+                    }
+                    // Running: give the slot back untouched and take another.
+                    let id = *id;
+                    self.excluded.insert(id);
+                    self.lose(id, LossReason::Corrupt);
+                    self.to_release.push(id);
+                }
+                Ok((value, version)) => match slot.phase {
+                    Phase::NeedFloor => {
+                        // Invariant 2: the floor is read after the claim succeeded, with a
+                        // linearizable read; only later ticks are minted.
+                        slot.floor_ms = value;
+                        slot.version = Some(version);
+                        slot.resumes = self.own_writes.get(&slot.id) == Some(&version) && version != Version::Absent;
+                        slot.phase = Phase::NeedFirstWrite;
+                    }
+                    _ => {
+                        // Re-read after a write of unknown outcome: whatever is stored now was
+                        // written by this session (the claim check keeps others out), so it
+                        // covers at least what was confirmed.
+                        slot.version = Some(version);
+                        if let Some(value) = value {
+                            slot.confirmed_ms = Some(slot.confirmed_ms.map_or(value, |c| c.max(value)));
+                        }
+                    }
+                },
+            }
+        }
+        self.publish();
+    }
+
+    fn written(&mut self, now: Now, writes: Vec<Write>, versions: Vec<(u32, Version)>) {
+        let stopping = self.stopping.is_some();
+        let mut newly = Vec::new();
+        for write in &writes {
+            let Some(slot) = self.slots.iter_mut().find(|s| s.id == write.slot) else { continue };
+            let version = versions.iter().find(|(id, _)| *id == write.slot).map(|(_, v)| *v);
+            slot.version = version;
+            if let Some(version) = version {
+                self.own_writes.insert(slot.id, version);
+            }
+            if stopping {
+                continue;
+            }
+            slot.confirmed_ms = Some(slot.confirmed_ms.map_or(write.until_ms, |c| c.max(write.until_ms)));
+            if slot.phase == Phase::NeedFirstWrite {
+                slot.phase = Phase::Granted;
+                newly.push(slot.id);
+            }
+        }
+        if let Some(write) = writes.first() {
+            let slots = writes.iter().map(|w| w.slot).collect();
+            let event = if stopping {
+                Event::FinalSaved { slots, until_ms: write.until_ms }
+            } else {
+                Event::ReservationsWritten { slots, until_ms: write.until_ms }
+            };
+            self.events.push_back(event);
+        }
+        if stopping {
+            return;
+        }
+        self.extend_asap = false;
+        for id in newly {
+            let slot = self.slots.iter().find(|s| s.id == id).expect("just granted");
+            self.events.push_back(Event::SlotTaken {
+                slot: id,
+                claim: slot.claim,
+                floor_ms: slot.floor_ms,
+                reserved_ms: slot.confirmed_ms.expect("just written"),
+                resumed: slot.resumes,
+            });
+            self.epoch += 1;
+        }
+        let _ = now;
+        self.publish();
+    }
+
+    fn write_refused(&mut self, writes: Vec<Write>, not_ours: Vec<u32>, current: Vec<SlotRead>) {
+        if self.stopping.is_some() {
+            self.events.push_back(Event::FinalKept { why: "the reservation changed or the slot was lost" });
+            return;
+        }
+        for read in current {
+            if let Some(slot) = self.slots.iter_mut().find(|s| s.id == read.slot)
+                && !not_ours.contains(&read.slot)
+            {
+                // The version moved: this session's own write of unknown outcome landed. Learn
+                // the version; the value is re-checked by the read it prompts if needed.
+                slot.version = read.stored.version();
+            }
+        }
+        for slot in not_ours {
+            self.lose(slot, LossReason::NotOurs);
+        }
+        let _ = writes;
+        self.publish();
+    }
+
+    fn renewed(&mut self, now: Now, sent: Duration, session: SessionId, ttl: Duration) {
+        let deadline = self.deadline(now, sent, ttl);
+        let Some(current) = self.session.as_mut().filter(|s| s.id == session) else { return };
+        current.ttl = Some(ttl);
+        current.deadline = Some(current.deadline.map_or(deadline, |d| d.max(deadline)));
+        current.next_renew = Some(sent + ttl / 3);
+        if current.deadline.is_some_and(|d| d > now.boot) {
+            current.deadline_reported = false;
+        }
+        current.renew_failing = false;
+        self.events.push_back(Event::Renewed);
+        self.publish();
+    }
+
+    /// The store says the session is gone: every slot with it. Open a new one and claim again.
+    fn session_gone(&mut self, session: SessionId) {
+        if self.session.as_ref().is_none_or(|s| s.id != session) {
+            return;
+        }
+        self.session = None;
+        let ids: Vec<u32> = self.slots.iter().map(|s| s.id).collect();
+        for id in ids {
+            self.lose(id, LossReason::SessionGone);
+        }
+        self.publish();
+    }
+
+    fn lose(&mut self, id: u32, reason: LossReason) {
+        let Some(index) = self.slots.iter().position(|s| s.id == id) else { return };
+        let slot = self.slots.remove(index);
+        if slot.phase == Phase::Granted {
+            self.epoch += 1;
+        }
+        if reason != LossReason::Corrupt && !self.lost.contains(&id) {
+            self.lost.push(id);
+        }
+        self.listing = None;
+        self.events.push_back(Event::SlotLost { slot: id, reason });
+    }
+
+    // ---- Publishing ----
+
+    fn publish(&mut self) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let granted: Vec<SlotGrant> = self
+            .slots
+            .iter()
+            .filter(|s| s.phase == Phase::Granted)
+            .map(|s| SlotGrant {
+                worker_id: s.id,
+                claim: s.claim,
+                floor_ms: s.floor_ms,
+                reserved_ms: s.confirmed_ms.expect("granted slots have a reservation"),
+                resumes: s.resumes,
+            })
+            .collect();
+        if granted.len() == self.wanted() {
+            self.started = true;
+        }
+        let holding = if granted.is_empty() {
+            let reason = match self.session {
+                None => "the claim on the store was lost; claiming again".to_string(),
+                Some(_) => "claiming a slot".to_string(),
+            };
+            Holding::Unheld { reason }
+        } else {
+            let deadline = self.session.as_ref().and_then(|s| s.deadline);
+            Holding::Held(Grant { slots: granted, epoch: self.epoch, deadline })
+        };
+        if holding != self.published {
+            self.published = holding;
+            self.holding_changed = true;
+        }
+    }
+
+    fn publish_unheld(&mut self, reason: &str) {
+        let holding = Holding::Unheld { reason: reason.to_string() };
+        if holding != self.published {
+            self.published = holding;
+            self.holding_changed = true;
+        }
+    }
+
+    // ---- Randomness ----
+
+    /// xorshift64*: enough to spread slot choices and jitter, and reproducible from the seed.
+    fn random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn jittered(&mut self, base: Duration) -> Duration {
+        let ms = base.as_millis() as u64;
+        base + Duration::from_millis(self.random() % (ms / 2 + 1))
+    }
+}

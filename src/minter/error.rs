@@ -1,0 +1,38 @@
+//! Why minting refused, and whether the minter would mint now.
+
+/// Why IDs could not be minted. Every variant but [`MintError::Overloaded`] means "retry,
+/// here later or on another instance"; that one means "ask for fewer at once".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MintError {
+    #[error("the wall clock is {behind_ms} ms behind the last time used; minting resumes at {resume_at}")]
+    ClockBehind { behind_ms: u64, resume_at: String },
+    #[error(
+        "the wall clock has not passed the reservation a previous holder of worker {worker_id} saved ({floor}); {behind_ms} ms to go"
+    )]
+    BelowFloor { worker_id: u32, floor: String, behind_ms: u64 },
+    #[error("no worker ID is held: {0}")]
+    NoWorker(String),
+    #[error("the lease on worker {0} may have expired; minting is fenced until it is renewed or re-claimed")]
+    LeaseExpired(u32),
+    #[error("the reservation for worker {worker_id} ends at {reserved_until} and has not been extended")]
+    ReservationBehind { worker_id: u32, reserved_until: String },
+    #[error("the wall clock ({now}) is before the layout's epoch")]
+    BeforeEpoch { now: String },
+    #[error("the layout ran out at {expiry}")]
+    LayoutExhausted { expiry: String },
+    #[error("could not mint before the call's deadline: {0}")]
+    Deadline(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error(
+        "{outstanding} IDs are already asked for and not yet answered, the server's limit is {limit} (--max-outstanding-ids); ask for fewer at once or retry shortly"
+    )]
+    Overloaded { outstanding: usize, limit: usize },
+}
+
+/// Whether minting would succeed now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Serving,
+    NotServing(MintError),
+}

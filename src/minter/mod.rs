@@ -1,0 +1,21 @@
+//! The minter: the one task that owns the generator and answers every request.
+//!
+//! [`core`] holds the decisions with no I/O (the queue, the generator, the holding from the
+//! keeper, readiness); [`task`] is the tokio task around it and the handle callers use;
+//! [`error`] says why minting refused.
+//!
+//! Before minting, each pass reads the clocks once and checks the holding the keeper
+//! publishes: the claim's deadline against the boot-time clock at that moment, and the
+//! reservation. What the generator cannot do now becomes a bounded wait (an exhausted
+//! sequence, a small step back) or an immediate, retriable refusal. No request waits past its
+//! deadline. The minter also owns readiness: it publishes [`Readiness`] whenever minting
+//! would start or stop refusing, and wakes by itself to notice a clock that came back or a
+//! claim that ran out.
+
+pub mod core;
+pub mod error;
+pub mod task;
+
+pub use core::{Ask, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+pub use error::{MintError, Readiness};
+pub use task::{MintHandle, MinterLinks, spawn};

@@ -1,0 +1,1 @@
+//! The deterministic simulator (test builds only).

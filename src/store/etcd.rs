@@ -1,0 +1,445 @@
+//! The etcd store: slots leased from an etcd cluster, reservations kept in etcd.
+//!
+//! Keys under the prefix (default `/snowmint`):
+//!
+//! - `layout`: the ID layout, recorded by the first instance; a different one refuses to start.
+//! - `workers/<id>`: who holds slot `<id>` (JSON: host, pid, start time, version), attached
+//!   to the holder's lease, so it disappears when the lease expires or is revoked.
+//! - `reservations/<id>`: the time up to which slot `<id>` may have minted. No lease: it
+//!   outlives its writer, and the next holder mints only past it.
+//!
+//! Each request is one etcd call (a transaction where it must be atomic) on one endpoint;
+//! a failure moves the next call to the next endpoint, and the keeper decides whether and
+//! when to retry. Writes compare the worker key's lease and the reservation's mod_revision,
+//! so they apply only while the claim holds and only over the version they replace.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::{Outcome, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version, Write};
+use crate::layout::{Layout, rfc3339_ms};
+
+/// TLS files for the etcd connection.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// Settings of etcd mode.
+#[derive(Clone)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Key prefix, without a trailing `/`.
+    pub prefix: String,
+    pub lease_ttl: Duration,
+    /// The slot to try first: the flag, or the StatefulSet ordinal of the hostname.
+    pub preferred_worker_id: Option<u32>,
+    /// This host's name, recorded in the worker key.
+    pub hostname: String,
+    pub tls: Option<EtcdTls>,
+    /// User and password for etcd authentication.
+    pub user: Option<(String, String)>,
+    /// How long the start may take to reach etcd before giving up.
+    pub start_timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the password.
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("preferred_worker_id", &self.preferred_worker_id)
+            .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdConfig {
+    /// The timeout of one etcd call: a fifth of the TTL, between 0.3 and 2 s.
+    pub fn call_timeout(&self) -> Duration {
+        (self.lease_ttl / 5).clamp(Duration::from_millis(300), Duration::from_secs(2))
+    }
+}
+
+/// The StatefulSet ordinal in a hostname such as `snowmint-3`.
+pub fn ordinal_of(hostname: &str) -> Option<u32> {
+    let (_, digits) = hostname.trim().rsplit_once('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// This host's name, from the kernel (as a pod's hostname) or `HOSTNAME`.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// What the worker key holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Owner {
+    host: String,
+    pid: u32,
+    started_at: String,
+    version: String,
+}
+
+/// What a reservation key holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Reservation {
+    reserved_until_ms: i64,
+    reserved_until: String,
+    /// The writer's wall clock when it wrote, for the fleet's clock check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    written_at_ms: Option<i64>,
+}
+
+/// One connection per endpoint; a call goes to the current one, and a failure moves the
+/// next call to the next endpoint. (etcd-client's own balanced channel keeps routing some
+/// calls to a dead member.)
+struct Endpoints {
+    clients: Vec<(String, Client)>,
+    current: usize,
+    call_timeout: Duration,
+}
+
+impl Endpoints {
+    async fn connect(config: &EtcdConfig) -> Result<Endpoints, StoreError> {
+        let call_timeout = config.call_timeout();
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(call_timeout)
+            .with_timeout(call_timeout)
+            .with_keep_alive(Duration::from_secs(2), call_timeout);
+        if let Some((user, password)) = &config.user {
+            options = options.with_user(user.clone(), password.clone()).with_auto_token_refresh(true);
+        }
+        if let Some(tls) = &config.tls {
+            options = options.with_tls(tls_options(tls)?);
+        }
+        let mut clients = Vec::new();
+        for endpoint in &config.endpoints {
+            let client = Client::connect([endpoint.as_str()], Some(options.clone()))
+                .await
+                .map_err(|e| StoreError::Etcd(format!("cannot set up the etcd client for {endpoint}: {e}")))?;
+            clients.push((endpoint.clone(), client));
+        }
+        Ok(Endpoints { clients, current: 0, call_timeout })
+    }
+
+    /// One attempt on the current endpoint; on failure the next call goes to the next one.
+    async fn attempt<T, F, Fut>(&mut self, what: &str, call: F) -> Result<T, String>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let (endpoint, client) = &self.clients[self.current];
+        let error = match tokio::time::timeout(self.call_timeout, call(client.clone())).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => format!("etcd {what} at {endpoint}: {e}"),
+            Err(_) => format!("etcd {what} at {endpoint}: no answer within {:?}", self.call_timeout),
+        };
+        self.current = (self.current + 1) % self.clients.len();
+        Err(error)
+    }
+}
+
+fn tls_options(tls: &EtcdTls) -> Result<etcd_client::TlsOptions, StoreError> {
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|e| StoreError::Etcd(format!("cannot read {}: {e}", path.display())))
+    };
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(ca) = &tls.ca {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    }
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            options = options.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+        }
+        (None, None) => {}
+        _ => return Err(StoreError::Etcd("--etcd-cert and --etcd-key go together".into())),
+    }
+    Ok(options)
+}
+
+/// The etcd store.
+pub struct EtcdStore {
+    prefix: String,
+    etcd: Endpoints,
+    /// The worker key's value for this instance.
+    owner: String,
+    /// The TTL granted per session, to report on renewal.
+    ttl: Duration,
+}
+
+impl EtcdStore {
+    /// Connects and checks the layout recorded in etcd (recording it on the first start),
+    /// retrying while etcd is unreachable, up to the start timeout.
+    pub async fn connect(config: &EtcdConfig, layout: &Layout, started_at_ms: i64) -> Result<EtcdStore, StoreError> {
+        let etcd = Endpoints::connect(config).await?;
+        let owner = serde_json::to_string(&Owner {
+            host: config.hostname.clone(),
+            pid: std::process::id(),
+            started_at: rfc3339_ms(started_at_ms),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        })
+        .expect("owner serializes");
+        let mut store = EtcdStore { prefix: config.prefix.clone(), etcd, owner, ttl: config.lease_ttl };
+        store.check_layout(layout, Instant::now() + config.start_timeout).await?;
+        Ok(store)
+    }
+
+    fn key(&self, kind: &str, id: u32) -> String {
+        format!("{}/{kind}/{id}", self.prefix)
+    }
+
+    /// Records the layout on the first start, or checks it against the recorded one.
+    async fn check_layout(&mut self, layout: &Layout, until: Instant) -> Result<(), StoreError> {
+        let key = format!("{}/layout", self.prefix);
+        let value = serde_json::to_string(layout).expect("layout serializes");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), value, None)])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let mut backoff = Duration::from_millis(50);
+        let response = loop {
+            let txn = txn.clone();
+            match self.etcd.attempt("record layout", |mut c| async move { c.txn(txn).await }).await {
+                Ok(response) => break response,
+                Err(error) if Instant::now() + backoff >= until => {
+                    return Err(StoreError::Etcd(format!("cannot reach etcd: {error}")));
+                }
+                Err(error) => tracing::debug!(%error, "etcd not reachable yet; retrying"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        };
+        if response.succeeded() {
+            tracing::info!(key, %layout, "recorded the layout");
+            return Ok(());
+        }
+        let saved = kv_of(&response.op_responses(), 0).map(|kv| kv.value().to_vec()).unwrap_or_default();
+        let configured = layout.to_string();
+        match serde_json::from_slice::<Layout>(&saved) {
+            Ok(saved) if saved == *layout => Ok(()),
+            Ok(saved) => Err(StoreError::LayoutMismatch { saved_at: key, saved: saved.to_string(), configured }),
+            Err(e) => Err(StoreError::LayoutMismatch {
+                saved_at: key,
+                saved: format!("unreadable ({e}): {}", String::from_utf8_lossy(&saved)),
+                configured,
+            }),
+        }
+    }
+
+    fn parse_reservation(&self, slot: u32, kv: Option<etcd_client::KeyValue>) -> SlotRead {
+        let location = self.key("reservations", slot);
+        let stored = match kv {
+            None => Stored::Absent,
+            Some(kv) => match serde_json::from_slice::<Reservation>(kv.value()) {
+                Ok(r) => Stored::Reserved { until_ms: r.reserved_until_ms, version: Version::At(kv.mod_revision()) },
+                Err(e) => Stored::Corrupt {
+                    reason: format!("{:?}, not a reservation ({e})", String::from_utf8_lossy(kv.value())),
+                },
+            },
+        };
+        SlotRead { slot, location, stored }
+    }
+
+    async fn list(&mut self, session: SessionId) -> Result<Reply, String> {
+        let prefix = format!("{}/workers/", self.prefix);
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let listed = {
+            let prefix = prefix.clone();
+            self.etcd.attempt("list slots", |mut c| async move { c.get(prefix, Some(options)).await }).await?
+        };
+        let mut taken = Vec::new();
+        let mut ours = Vec::new();
+        for kv in listed.kvs() {
+            let Some(id) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(&prefix)?.parse().ok())
+            else {
+                continue;
+            };
+            taken.push(id);
+            if kv.lease() == session {
+                ours.push(id);
+            }
+        }
+        Ok(Reply::Slots { taken, ours })
+    }
+
+    async fn claim(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
+        let key = self.key("workers", slot);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), self.owner.clone(), Some(PutOptions::new().with_lease(session)))])
+            .or_else([TxnOp::get(key, None)]);
+        let response = self.etcd.attempt("claim slot", |mut c| async move { c.txn(txn).await }).await?;
+        // A slot already carrying this session's lease is this instance's own: a claim whose
+        // reply was lost committed. Reporting it lost would leak it until the lease ends.
+        let won = response.succeeded() || kv_of(&response.op_responses(), 0).is_some_and(|kv| kv.lease() == session);
+        Ok(Reply::Claimed { slot, won })
+    }
+
+    async fn read(&mut self, slots: &[u32], linearizable: bool) -> Result<Reply, String> {
+        let keys: Vec<String> = slots.iter().map(|&slot| self.key("reservations", slot)).collect();
+        if !linearizable {
+            // Served from whichever member answers, possibly behind the leader.
+            let mut reads = Vec::new();
+            for (&slot, key) in slots.iter().zip(keys) {
+                let options = GetOptions::new().with_serializable();
+                let got = self
+                    .etcd
+                    .attempt("read reservation", |mut c| async move { c.get(key, Some(options)).await })
+                    .await?;
+                reads.push(self.parse_reservation(slot, got.kvs().first().cloned()));
+            }
+            return Ok(Reply::Reservations(reads));
+        }
+        // One transaction of reads: linearizable, and one consistent revision for all.
+        let txn = Txn::new().and_then(keys.into_iter().map(|k| TxnOp::get(k, None)).collect::<Vec<_>>());
+        let response = self.etcd.attempt("read reservations", |mut c| async move { c.txn(txn).await }).await?;
+        let responses = response.op_responses();
+        let reads =
+            slots.iter().enumerate().map(|(i, &slot)| self.parse_reservation(slot, kv_of(&responses, i))).collect();
+        Ok(Reply::Reservations(reads))
+    }
+
+    async fn write(&mut self, session: SessionId, writes: &[Write], check_claim: bool) -> Result<Reply, String> {
+        let mut compares = Vec::new();
+        let mut puts = Vec::new();
+        let mut gets = Vec::new();
+        for write in writes {
+            let worker = self.key("workers", write.slot);
+            let reservation = self.key("reservations", write.slot);
+            // Invariant 3: only while this session's lease holds the slot, and only over the
+            // version read or written last (0 for a key that does not exist).
+            if check_claim {
+                compares.push(Compare::lease(worker.clone(), CompareOp::Equal, session));
+            }
+            match write.expect {
+                Some(Version::Absent) => compares.push(Compare::mod_revision(reservation.clone(), CompareOp::Equal, 0)),
+                Some(Version::At(revision)) => {
+                    compares.push(Compare::mod_revision(reservation.clone(), CompareOp::Equal, revision))
+                }
+                None => {}
+            }
+            let value = serde_json::to_string(&Reservation {
+                reserved_until_ms: write.until_ms,
+                reserved_until: rfc3339_ms(write.until_ms),
+                written_at_ms: Some(write.wall_ms),
+            })
+            .expect("reservation serializes");
+            puts.push(TxnOp::put(reservation.clone(), value, None));
+            gets.push(TxnOp::get(worker, None));
+            gets.push(TxnOp::get(reservation, None));
+        }
+        let txn = Txn::new().when(compares).and_then(puts).or_else(gets);
+        let response = self.etcd.attempt("write reservations", |mut c| async move { c.txn(txn).await }).await?;
+        if response.succeeded() {
+            let revision = response.header().map_or(0, |h| h.revision());
+            return Ok(Reply::Written(writes.iter().map(|w| (w.slot, Version::At(revision))).collect()));
+        }
+        let responses = response.op_responses();
+        let mut not_ours = Vec::new();
+        let mut current = Vec::new();
+        for (i, write) in writes.iter().enumerate() {
+            if kv_of(&responses, 2 * i).is_none_or(|kv| kv.lease() != session) {
+                not_ours.push(write.slot);
+            }
+            current.push(self.parse_reservation(write.slot, kv_of(&responses, 2 * i + 1)));
+        }
+        Ok(Reply::WriteRefused { not_ours, current })
+    }
+
+    async fn renew(&mut self, session: SessionId) -> Reply {
+        let result = self
+            .etcd
+            .attempt("lease keep-alive", |mut c| async move {
+                // etcd-client sends one keep-alive and reads its answer here; a lease the
+                // server no longer has comes back as an error, not as a TTL of 0.
+                c.lease_keep_alive(session).await.map(|_| ())
+            })
+            .await;
+        match result {
+            Ok(()) => Reply::Renewed { ttl: self.ttl },
+            Err(error) if error.contains("lease not found") => Reply::SessionGone,
+            Err(error) => Reply::Failed { error, outcome: Outcome::Unknown },
+        }
+    }
+
+    async fn release(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
+        let key = self.key("workers", slot);
+        let txn = Txn::new()
+            .when([Compare::lease(key.clone(), CompareOp::Equal, session)])
+            .and_then([TxnOp::delete(key, None)]);
+        self.etcd.attempt("release slot", |mut c| async move { c.txn(txn).await }).await?;
+        Ok(Reply::Released)
+    }
+}
+
+/// The first key-value of the `i`th operation's response in a transaction.
+fn kv_of(responses: &[TxnOpResponse], i: usize) -> Option<etcd_client::KeyValue> {
+    match responses.get(i)? {
+        TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+        _ => None,
+    }
+}
+
+impl Store for EtcdStore {
+    async fn call(&mut self, request: Request) -> Reply {
+        let result = match request {
+            Request::OpenSession { ttl } => {
+                let secs = ttl.as_secs().max(1) as i64;
+                self.etcd.attempt("lease grant", |mut c| async move { c.lease_grant(secs, None).await }).await.map(
+                    |granted| {
+                        self.ttl = Duration::from_secs(granted.ttl().max(1) as u64);
+                        Reply::SessionOpened { session: granted.id(), ttl: Some(self.ttl) }
+                    },
+                )
+            }
+            Request::ListSlots { session } => self.list(session).await,
+            Request::Claim { session, slot } => self.claim(session, slot).await,
+            Request::ReadReservations { slots, linearizable } => self.read(&slots, linearizable).await,
+            Request::WriteReservations { session, writes, check_claim } => {
+                self.write(session, &writes, check_claim).await
+            }
+            Request::Renew { session } => return self.renew(session).await,
+            Request::Release { session, slot } => self.release(session, slot).await,
+            Request::CloseSession { session } => {
+                match self.etcd.attempt("lease revoke", |mut c| async move { c.lease_revoke(session).await }).await {
+                    Ok(_) => Ok(Reply::SessionClosed),
+                    // Already gone: closed all the same.
+                    Err(error) if error.contains("lease not found") => Ok(Reply::SessionClosed),
+                    Err(error) => Err(error),
+                }
+            }
+        };
+        result.unwrap_or_else(|error| Reply::Failed { error, outcome: Outcome::Unknown })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals_come_from_statefulset_hostnames() {
+        assert_eq!(ordinal_of("snowmint-3"), Some(3));
+        assert_eq!(ordinal_of("snowmint-canary-12\n"), Some(12));
+        assert_eq!(ordinal_of("snowmint"), None);
+        assert_eq!(ordinal_of("snowmint-"), None);
+        assert_eq!(ordinal_of("snowmint-3a"), None);
+        assert_eq!(ordinal_of("host-+4"), None);
+    }
+}

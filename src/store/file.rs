@@ -1,0 +1,412 @@
+//! The file store: static worker IDs, each with its reservation in a local state file.
+//!
+//! `worker-<id>.json` in the state dir records the layout, the time up to which the worker
+//! may have minted, and a revision counter (the [`Version`] conditional writes name). It is
+//! written atomically (temp file, fsync, rename, fsync of the dir). A lock file keeps two
+//! processes from using one worker's state at once; the lock is held until the session
+//! closes. A missing file means a first start, unless the lock file shows the worker ran
+//! here before; an unreadable or corrupt one stops the start, because resetting it could
+//! repeat IDs. The claim never expires: the session has no TTL.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Outcome, Reply, Request, SlotRead, Store, StoreError, Stored, Version, Write};
+use crate::layout::{Layout, rfc3339_ms};
+
+/// The format version of the state file.
+const STATE_VERSION: u32 = 1;
+
+/// What the state file holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedState {
+    pub version: u32,
+    pub worker_id: u32,
+    pub layout: Layout,
+    /// Unix ms up to which this worker may have minted.
+    pub reserved_until_ms: i64,
+    /// The same, for people reading the file.
+    pub reserved_until: String,
+    pub saved_at: String,
+    /// Counts the writes: the version a conditional write names. Files written before it
+    /// existed read as revision 0.
+    #[serde(default)]
+    pub revision: i64,
+}
+
+/// A worker's state file, locked for this process.
+#[derive(Debug)]
+pub struct StateFile {
+    dir: PathBuf,
+    path: PathBuf,
+    worker_id: u32,
+    /// Held while the file is in use: the OS drops the lock when the process dies.
+    _lock: File,
+}
+
+impl StateFile {
+    /// Locks and reads the state of `worker_id` in `dir` (created if missing). `None` when
+    /// there is no state file yet.
+    ///
+    /// A state file missing from a dir this worker used before (its lock file is there) is
+    /// an error unless `accept_missing`: the IDs minted before may not be covered.
+    pub fn open(
+        dir: &Path,
+        worker_id: u32,
+        accept_missing: bool,
+    ) -> Result<(StateFile, Option<SavedState>), StoreError> {
+        let io = |path: &Path| {
+            let path = path.display().to_string();
+            move |source| StoreError::StateIo { path, source }
+        };
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        let lock_path = dir.join(format!("worker-{worker_id}.lock"));
+        let used_before = lock_path.exists();
+        let lock =
+            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::StateLocked {
+                    dir: dir.display().to_string(),
+                    worker_id,
+                    lock: lock_path.display().to_string(),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
+        }
+        let path = dir.join(format!("worker-{worker_id}.json"));
+        let file = StateFile { dir: dir.to_path_buf(), path, worker_id, _lock: lock };
+        let saved = file.read()?;
+        match (&saved, used_before) {
+            (None, true) if !accept_missing => {
+                return Err(StoreError::StateMissing { path: file.path.display().to_string(), worker_id });
+            }
+            (None, true) => tracing::warn!(
+                path = %file.path.display(),
+                "the state file of a worker that ran here before is missing; starting anyway, as --accept-missing-state asks"
+            ),
+            (None, false) => {
+                tracing::info!(path = %file.path.display(), "no state file: first start for this worker in this state dir")
+            }
+            (Some(_), _) => {}
+        }
+        Ok((file, saved))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn corrupt(&self, reason: String) -> StoreError {
+        StoreError::StateCorrupt { path: self.path.display().to_string(), reason, worker_id: self.worker_id }
+    }
+
+    fn read(&self) -> Result<Option<SavedState>, StoreError> {
+        let text = match fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StoreError::StateIo { path: self.path.display().to_string(), source }),
+        };
+        let saved: SavedState = serde_json::from_slice(&text).map_err(|e| self.corrupt(e.to_string()))?;
+        if saved.version != STATE_VERSION {
+            return Err(self.corrupt(format!("version {} (this build reads {STATE_VERSION})", saved.version)));
+        }
+        if saved.worker_id != self.worker_id {
+            return Err(self.corrupt(format!("it belongs to worker {}", saved.worker_id)));
+        }
+        Ok(Some(saved))
+    }
+
+    /// Writes `state` durably: temp file, fsync, rename over the old file, fsync the dir.
+    pub fn write(&self, state: &SavedState) -> std::io::Result<()> {
+        let tmp = self.dir.join(format!("worker-{}.json.tmp", self.worker_id));
+        let mut file = File::create(&tmp)?;
+        file.write_all(&serde_json::to_vec_pretty(state).expect("state serializes"))?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, &self.path)?;
+        // Invariant 6: the new state is durable only once the directory entry is too.
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// Settings of standalone mode.
+#[derive(Debug, Clone)]
+pub struct StandaloneConfig {
+    pub state_dir: PathBuf,
+    /// The static worker IDs, each with its own state file.
+    pub worker_ids: Vec<u32>,
+    /// Start even though the state file of a worker that ran here before is missing.
+    pub accept_missing_state: bool,
+}
+
+/// The file store: one locked state file per worker ID.
+#[derive(Debug)]
+pub struct FileStore {
+    layout: Layout,
+    files: BTreeMap<u32, Arc<StateFile>>,
+    /// The revision each file is known to be at; absent while unknown (after a failed write).
+    known: BTreeMap<u32, Version>,
+}
+
+impl FileStore {
+    /// Locks and reads every worker's state file. Fails, touching nothing, when a worker ID
+    /// does not fit the layout, a state is locked, missing from a dir it was used in, corrupt,
+    /// or records another layout.
+    pub fn open(config: &StandaloneConfig, layout: &Layout) -> Result<FileStore, StoreError> {
+        let max = layout.max_worker();
+        let mut files = BTreeMap::new();
+        let mut known = BTreeMap::new();
+        for &worker_id in &config.worker_ids {
+            if u64::from(worker_id) > max {
+                return Err(StoreError::WorkerOutOfRange {
+                    worker_id: worker_id.into(),
+                    worker_bits: layout.worker_bits,
+                    max,
+                });
+            }
+            let (file, saved) = StateFile::open(&config.state_dir, worker_id, config.accept_missing_state)?;
+            let version = match &saved {
+                Some(saved) if saved.layout != *layout => {
+                    return Err(StoreError::LayoutMismatch {
+                        saved_at: file.path().display().to_string(),
+                        saved: saved.layout.to_string(),
+                        configured: layout.to_string(),
+                    });
+                }
+                Some(saved) => Version::At(saved.revision),
+                None => Version::Absent,
+            };
+            known.insert(worker_id, version);
+            files.insert(worker_id, Arc::new(file));
+        }
+        Ok(FileStore { layout: layout.clone(), files, known })
+    }
+
+    /// The path of a worker's state file.
+    pub fn path(&self, worker_id: u32) -> Option<&Path> {
+        self.files.get(&worker_id).map(|f| f.path())
+    }
+
+    async fn read(&mut self, slots: &[u32]) -> Result<Vec<SlotRead>, String> {
+        let mut reads = Vec::new();
+        for &slot in slots {
+            let Some(file) = self.files.get(&slot).cloned() else {
+                return Err(format!("worker {slot} is not one of this instance's"));
+            };
+            let location = file.path().display().to_string();
+            let result = tokio::task::spawn_blocking(move || file.read()).await.map_err(|e| e.to_string())?;
+            let stored = match result {
+                Ok(None) => Stored::Absent,
+                Ok(Some(saved)) if saved.layout != self.layout => {
+                    Stored::Corrupt { reason: format!("another layout: {}", saved.layout) }
+                }
+                Ok(Some(saved)) => {
+                    Stored::Reserved { until_ms: saved.reserved_until_ms, version: Version::At(saved.revision) }
+                }
+                Err(StoreError::StateCorrupt { reason, .. }) => Stored::Corrupt { reason },
+                Err(e) => return Err(e.to_string()),
+            };
+            if let Some(version) = stored.version() {
+                self.known.insert(slot, version);
+            }
+            reads.push(SlotRead { slot, location, stored });
+        }
+        Ok(reads)
+    }
+
+    async fn write(&mut self, writes: Vec<Write>) -> Reply {
+        // Compare first, all or none: a write names the revision it replaces.
+        let stale: Vec<u32> = writes
+            .iter()
+            .filter(|w| w.expect.is_some_and(|expect| self.known.get(&w.slot) != Some(&expect)))
+            .map(|w| w.slot)
+            .collect();
+        if !stale.is_empty() {
+            return match self.read(&stale).await {
+                Ok(current) => Reply::WriteRefused { not_ours: Vec::new(), current },
+                Err(error) => Reply::Failed { error, outcome: Outcome::NotApplied },
+            };
+        }
+        let mut versions = Vec::new();
+        for write in writes {
+            let Some(file) = self.files.get(&write.slot).cloned() else {
+                return Reply::WriteRefused { not_ours: vec![write.slot], current: Vec::new() };
+            };
+            let revision = match self.known.get(&write.slot) {
+                Some(Version::At(r)) => r + 1,
+                _ => 1,
+            };
+            let state = SavedState {
+                version: STATE_VERSION,
+                worker_id: write.slot,
+                layout: self.layout.clone(),
+                reserved_until_ms: write.until_ms,
+                reserved_until: rfc3339_ms(write.until_ms),
+                saved_at: rfc3339_ms(write.wall_ms),
+                revision,
+            };
+            let path = file.path().display().to_string();
+            let written = tokio::task::spawn_blocking(move || file.write(&state)).await;
+            match written {
+                Ok(Ok(())) => {
+                    self.known.insert(write.slot, Version::At(revision));
+                    versions.push((write.slot, Version::At(revision)));
+                }
+                Ok(Err(e)) => {
+                    // Part of the write may be on disk: the revision is unknown until read.
+                    self.known.remove(&write.slot);
+                    return Reply::Failed { error: format!("state file {path}: {e}"), outcome: Outcome::Unknown };
+                }
+                Err(e) => {
+                    self.known.remove(&write.slot);
+                    return Reply::Failed { error: format!("state file {path}: {e}"), outcome: Outcome::Unknown };
+                }
+            }
+        }
+        Reply::Written(versions)
+    }
+}
+
+impl Store for FileStore {
+    async fn call(&mut self, request: Request) -> Reply {
+        match request {
+            // The claim on a state file is its lock, taken when the store was opened: it
+            // never expires.
+            Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
+            Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.files.keys().copied().collect() },
+            Request::Claim { slot, .. } => Reply::Claimed { slot, won: self.files.contains_key(&slot) },
+            Request::ReadReservations { slots, .. } => match self.read(&slots).await {
+                Ok(reads) => Reply::Reservations(reads),
+                Err(error) => Reply::Failed { error, outcome: Outcome::NotApplied },
+            },
+            Request::WriteReservations { writes, .. } => self.write(writes).await,
+            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX },
+            Request::Release { .. } => Reply::Released,
+            Request::CloseSession { .. } => {
+                // Unlock: the next run may take the state at once.
+                self.files.clear();
+                Reply::SessionClosed
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(worker_id: u32, reserved_until_ms: i64, revision: i64) -> SavedState {
+        SavedState {
+            version: STATE_VERSION,
+            worker_id,
+            layout: Layout::default_snowmint(),
+            reserved_until_ms,
+            reserved_until: rfc3339_ms(reserved_until_ms),
+            saved_at: rfc3339_ms(reserved_until_ms - 3_000),
+            revision,
+        }
+    }
+
+    #[test]
+    fn write_then_read_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
+        assert_eq!(saved, None);
+        let state = state(3, 1_800_000_000_000, 4);
+        file.write(&state).unwrap();
+        drop(file);
+        let (_file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
+        assert_eq!(saved, Some(state));
+    }
+
+    #[test]
+    fn files_without_a_revision_read_as_revision_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut json = serde_json::to_value(state(3, 1_800_000_000_000, 0)).unwrap();
+        json.as_object_mut().unwrap().remove("revision");
+        fs::write(dir.path().join("worker-3.json"), json.to_string()).unwrap();
+        let (_file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
+        assert_eq!(saved.unwrap().revision, 0);
+    }
+
+    #[test]
+    fn a_second_process_cannot_take_the_same_worker_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_held, _) = StateFile::open(dir.path(), 3, false).unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, StoreError::StateLocked { worker_id: 3, .. }), "{err}");
+        // Another worker's state in the same dir is independent.
+        StateFile::open(dir.path(), 4, false).unwrap();
+    }
+
+    #[test]
+    fn a_state_file_missing_from_a_used_dir_stops_the_start_unless_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, _) = StateFile::open(dir.path(), 3, false).unwrap();
+        file.write(&state(3, 1_800_000_000_000, 1)).unwrap();
+        drop(file);
+        fs::remove_file(dir.path().join("worker-3.json")).unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+        assert!(err.to_string().contains("--accept-missing-state"), "{err}");
+        let (_, saved) = StateFile::open(dir.path(), 3, true).unwrap();
+        assert_eq!(saved, None);
+    }
+
+    #[test]
+    fn corrupt_or_truncated_state_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker-3.json");
+        for content in ["", "{\"version\":1,", "not json", "{\"version\":9}"] {
+            fs::write(&path, content).unwrap();
+            let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+            assert!(matches!(err, StoreError::StateCorrupt { .. }), "{content:?}: {err}");
+            assert!(err.to_string().contains("never reset"), "{err}");
+        }
+    }
+
+    /// A write names the revision it replaces: one naming an older revision is refused and
+    /// the file keeps the newer value.
+    #[tokio::test]
+    async fn a_write_over_a_stale_revision_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            StandaloneConfig { state_dir: dir.path().to_path_buf(), worker_ids: vec![3], accept_missing_state: false };
+        let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
+        let write = |until_ms, expect| Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 };
+        let reply = store
+            .call(Request::WriteReservations {
+                session: 1,
+                writes: vec![write(1_800_000_005_000, Version::Absent)],
+                check_claim: true,
+            })
+            .await;
+        assert_eq!(reply, Reply::Written(vec![(3, Version::At(1))]));
+        let reply = store
+            .call(Request::WriteReservations {
+                session: 1,
+                writes: vec![write(1_800_000_009_000, Version::At(1))],
+                check_claim: true,
+            })
+            .await;
+        assert_eq!(reply, Reply::Written(vec![(3, Version::At(2))]));
+        // A late write naming revision 1 must not lower the reservation.
+        let reply = store
+            .call(Request::WriteReservations {
+                session: 1,
+                writes: vec![write(1_800_000_006_000, Version::At(1))],
+                check_claim: true,
+            })
+            .await;
+        let Reply::WriteRefused { not_ours, current } = reply else { panic!("{reply:?}") };
+        assert!(not_ours.is_empty());
+        assert_eq!(current[0].stored, Stored::Reserved { until_ms: 1_800_000_009_000, version: Version::At(2) });
+    }
+}

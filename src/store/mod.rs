@@ -1,0 +1,190 @@
+//! Stores: where slots are claimed and reservations kept, behind one small protocol.
+//!
+//! The slot keeper ([`crate::keeper`]) decides everything; a store only carries out one
+//! [`Request`] at a time and answers with a [`Reply`]. Every write is compare-and-set: it names
+//! the [`Version`] it replaces and the claim it needs, and is refused, untouched, when either
+//! changed. A store that cannot tell whether a request took effect says so
+//! ([`Outcome::Unknown`]); the keeper then assumes the worst.
+//!
+//! Two stores exist: [`file`] (a static worker ID and a local state file) and [`etcd`] (slots
+//! leased from an etcd cluster). A third (a Kubernetes Lease, Consul) needs only this trait.
+
+pub mod etcd;
+pub mod file;
+
+use std::time::Duration;
+
+/// The store's handle on a claim: an etcd lease ID, or the file store's lock.
+pub type SessionId = i64;
+
+/// The version of a stored reservation: what a conditional write must name to replace it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// No reservation is stored for the slot.
+    Absent,
+    /// etcd's mod_revision of the key; the state file's revision counter.
+    At(i64),
+}
+
+/// A reservation as read from the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Absent,
+    /// "This slot may have minted up to `until_ms`" (Unix ms), at `version`.
+    Reserved {
+        until_ms: i64,
+        version: Version,
+    },
+    /// Something that is not a reservation: never trusted, never overwritten.
+    Corrupt {
+        reason: String,
+    },
+}
+
+impl Stored {
+    pub fn version(&self) -> Option<Version> {
+        match self {
+            Stored::Absent => Some(Version::Absent),
+            Stored::Reserved { version, .. } => Some(*version),
+            Stored::Corrupt { .. } => None,
+        }
+    }
+}
+
+/// One slot's reservation as read, with where it lives (a file path, an etcd key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRead {
+    pub slot: u32,
+    pub location: String,
+    pub stored: Stored,
+}
+
+/// One conditional reservation write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub slot: u32,
+    /// The new reservation, Unix ms.
+    pub until_ms: i64,
+    /// The version it replaces: the write applies only if the stored one is still this.
+    /// `None` (only ever from a planted defect) writes whatever is stored.
+    pub expect: Option<Version>,
+    /// The writer's wall clock when it sent the write, published for the fleet's clock check.
+    pub wall_ms: i64,
+}
+
+/// What the keeper asks of a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Starts a claim that lives `ttl` unless renewed (etcd: a lease grant).
+    OpenSession { ttl: Duration },
+    /// The slots taken by anyone, and those taken under `session` (keys only).
+    ListSlots { session: SessionId },
+    /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
+    Claim { session: SessionId, slot: u32 },
+    /// Reads the reservations of `slots`. Always linearizable in production: a read served
+    /// from a member's stale copy could miss the previous holder's last reservation.
+    ReadReservations { slots: Vec<u32>, linearizable: bool },
+    /// Writes reservations, all or none: each only while `session` holds its slot (unless the
+    /// planted defect drops that check) and while its stored version is `expect`.
+    WriteReservations { session: SessionId, writes: Vec<Write>, check_claim: bool },
+    /// Keeps the session alive.
+    Renew { session: SessionId },
+    /// Gives one slot back, if `session` still holds it.
+    Release { session: SessionId, slot: u32 },
+    /// Ends the session, releasing every slot it holds.
+    CloseSession { session: SessionId },
+}
+
+impl Request {
+    /// A short name, for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::OpenSession { .. } => "open session",
+            Request::ListSlots { .. } => "list slots",
+            Request::Claim { .. } => "claim slot",
+            Request::ReadReservations { .. } => "read reservations",
+            Request::WriteReservations { .. } => "write reservations",
+            Request::Renew { .. } => "renew",
+            Request::Release { .. } => "release slot",
+            Request::CloseSession { .. } => "close session",
+        }
+    }
+}
+
+/// Whether a failed request may have taken effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Certainly not applied (e.g. the connection was refused before anything was sent).
+    NotApplied,
+    /// May have been applied: a timeout, a reply lost after its commit.
+    Unknown,
+}
+
+/// A store's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `ttl`: what the store granted (it may raise a small one); `None` when the claim never
+    /// expires.
+    SessionOpened {
+        session: SessionId,
+        ttl: Option<Duration>,
+    },
+    Slots {
+        taken: Vec<u32>,
+        ours: Vec<u32>,
+    },
+    /// `won`: the slot now belongs to the session (newly, or already).
+    Claimed {
+        slot: u32,
+        won: bool,
+    },
+    Reservations(Vec<SlotRead>),
+    /// Every write applied; the new version of each slot's reservation.
+    Written(Vec<(u32, Version)>),
+    /// Nothing applied: the slots no longer the session's, and the current reservations.
+    WriteRefused {
+        not_ours: Vec<u32>,
+        current: Vec<SlotRead>,
+    },
+    Renewed {
+        ttl: Duration,
+    },
+    /// The session is gone on the store (etcd: "lease not found"); every slot with it.
+    SessionGone,
+    Released,
+    SessionClosed,
+    Failed {
+        error: String,
+        outcome: Outcome,
+    },
+}
+
+/// Why a store cannot be used at all; the start stops with this one line.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state file {path}: {source}")]
+    StateIo { path: String, source: std::io::Error },
+    #[error(
+        "state file {path} is corrupt ({reason}); it is never reset automatically: inspect it, and remove it only if no other instance used worker {worker_id} with a clock ahead of this one"
+    )]
+    StateCorrupt { path: String, reason: String, worker_id: u32 },
+    #[error(
+        "state file {path} is missing, but worker {worker_id} ran in this state dir before: the IDs it minted may not be covered; if the host clock is right (past every ID this worker minted), start once with --accept-missing-state"
+    )]
+    StateMissing { path: String, worker_id: u32 },
+    #[error("state dir {dir} is in use by another snowmint process for worker {worker_id} (lock {lock})")]
+    StateLocked { dir: String, worker_id: u32, lock: String },
+    #[error("layout mismatch: {saved_at} records \"{saved}\" but this instance is configured with \"{configured}\"")]
+    LayoutMismatch { saved_at: String, saved: String, configured: String },
+    #[error("worker id {worker_id} does not fit {worker_bits} worker bits (maximum {max})")]
+    WorkerOutOfRange { worker_id: u64, worker_bits: u8, max: u64 },
+    #[error("{0}")]
+    Etcd(String),
+}
+
+/// A store: carries out one request at a time.
+pub trait Store: Send + 'static {
+    /// Carries out `request`. Never panics on the store's failures: they come back as
+    /// [`Reply::Failed`], with whether the request may have taken effect.
+    fn call(&mut self, request: Request) -> impl Future<Output = Reply> + Send;
+}
