@@ -311,13 +311,14 @@ impl Keeper {
                 at = Some(at.map_or(t, |a| a.min(t)));
             }
         };
-        if let Some(session) = &self.session {
-            consider(session.next_renew);
-            if !session.deadline_reported {
-                consider(session.deadline);
-            }
+        if let Some(session) = &self.session
+            && !session.deadline_reported
+        {
+            consider(session.deadline);
         }
+        // While a request is in flight, only its reply (or its timeout) moves things on.
         if self.in_flight.is_none() {
+            consider(self.session.as_ref().and_then(|s| s.next_renew));
             consider(self.retry_at);
             consider(self.next_extension_at(now));
         }
@@ -566,15 +567,18 @@ impl Keeper {
 
     /// When the next extension falls due, if nothing else prompts it.
     fn next_extension_at(&self, now: Now) -> Option<Duration> {
-        self.slots
-            .iter()
-            .filter(|s| s.phase == Phase::Granted && s.version.is_some())
+        let granted = self.slots.iter().filter(|s| s.phase == Phase::Granted && s.version.is_some());
+        if granted.clone().any(|s| self.needs_write(now, s)) {
+            return Some(now.boot);
+        }
+        granted
             .filter_map(|s| s.confirmed_ms)
-            .map(|confirmed| {
-                // Due when base + window - confirmed reaches a third of the window.
+            .filter_map(|confirmed| {
+                // Due when base + window - confirmed reaches a third of the window; a
+                // reservation already at the layout's ceiling never falls due.
                 let due_base = confirmed - self.config.window_ms + self.config.window_ms / 3;
-                let wait = due_base.saturating_sub(self.base_ms(now)).max(0);
-                now.boot + Duration::from_millis(wait as u64)
+                let wait = due_base.saturating_sub(self.base_ms(now));
+                (wait > 0).then(|| now.boot + Duration::from_millis(wait as u64))
             })
             .min()
     }

@@ -1,0 +1,205 @@
+//! The checker: every ID issued in a schedule, and what the store did, held against the
+//! promise and the invariants that keep it.
+//!
+//! Beyond "no ID issued twice" and "each process's IDs increase", it checks the invariants
+//! directly, so a broken rule is caught even in a schedule where luck avoided a duplicate:
+//! a mint after the minter's lease expired (4), below the floor its claim read (2), past the
+//! stored reservation (1); a reservation written without holding the slot (3), or lowered
+//! below an ID already minted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::Us;
+use super::etcd::{Note, Owner};
+use crate::layout::Layout;
+use crate::store::SessionId;
+
+/// How the store answered the checker's questions at the instant of a mint.
+pub struct StoreView {
+    /// The minter's session is alive (always, for a state file).
+    pub lease_alive: bool,
+    /// The minter's session holds the slot.
+    pub holds: bool,
+    /// The reservation stored for the slot.
+    pub stored: Option<i64>,
+}
+
+/// A hasher for IDs, which are already well spread in their low bits: a multiply is enough.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Checker {
+    seen: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    /// The last ID each process was given.
+    last: BTreeMap<Owner, u64>,
+    /// (slot, owner) → when the owner's claim on the slot took effect.
+    claims: BTreeMap<(u32, Owner), Us>,
+    /// Per slot: every reservation write that took effect (when, value, writer, session).
+    writes: BTreeMap<u32, Vec<(Us, i64, Owner, SessionId)>>,
+    /// Per slot: the end of the latest tick minted on it, Unix ms.
+    minted_max: BTreeMap<u32, i64>,
+    pub violations: Vec<String>,
+    pub ids: u64,
+    pub responses: u64,
+    /// IDs minted while the slot's key was no longer the minter's (the lease alive), within
+    /// the minter's own reservation: allowed, and counted.
+    pub minted_on_lost_key: u64,
+}
+
+impl Checker {
+    fn violation(&mut self, now: Us, what: String) {
+        if self.violations.len() < 20 {
+            self.violations.push(format!("at {:.3} s: {what}", now as f64 / 1e6));
+        }
+    }
+
+    /// What the store did.
+    pub fn note(&mut self, now: Us, note: Note) {
+        match note {
+            Note::Claimed { slot, owner, .. } => {
+                self.claims.insert((slot, owner), now);
+            }
+            Note::ReservationWritten { slot, until_ms, writer, session, held } => {
+                if !held {
+                    self.violation(
+                        now,
+                        format!("invariant 3: {writer:?} wrote slot {slot}'s reservation without holding the slot"),
+                    );
+                }
+                let minted = self.minted_max.get(&slot).copied().unwrap_or(i64::MIN);
+                if until_ms < minted {
+                    self.violation(
+                        now,
+                        format!("{writer:?} lowered slot {slot}'s reservation to {until_ms}, below the ID minted at {minted}"),
+                    );
+                }
+                self.writes.entry(slot).or_default().push((now, until_ms, writer, session));
+            }
+            Note::Freed { .. } => {}
+        }
+    }
+
+    /// A process starts holding fixed slots (a state file): its claim is the start.
+    pub fn claim_fixed(&mut self, now: Us, owner: Owner, slots: &[u32]) {
+        for &slot in slots {
+            self.claims.insert((slot, owner), now);
+        }
+    }
+
+    /// `ids`, one response, issued by `owner` at `now` under `session`.
+    pub fn issued(
+        &mut self,
+        now: Us,
+        layout: &Layout,
+        owner: Owner,
+        session: Option<SessionId>,
+        ids: &[u64],
+        view: impl Fn(u32) -> StoreView,
+    ) {
+        self.responses += 1;
+        self.ids += ids.len() as u64;
+        if ids.windows(2).any(|w| w[0] >= w[1]) {
+            self.violation(now, format!("{owner:?} answered a batch that does not strictly increase"));
+        }
+        let mut workers: Vec<u64> = ids.iter().map(|&id| layout.unpack(id).worker).collect();
+        workers.dedup();
+        if workers.len() > 1 {
+            self.violation(now, format!("{owner:?} answered one response from several slots {workers:?}"));
+        }
+        for &id in ids {
+            if !self.seen.insert(id) {
+                self.violation(now, format!("ID {id} issued twice (now by {owner:?})"));
+            }
+        }
+        if let (Some(&last), Some(&first)) = (self.last.get(&owner), ids.first())
+            && first <= last
+        {
+            self.violation(now, format!("{owner:?} went back: {first} after {last}"));
+        }
+        if let Some(&last) = ids.last() {
+            self.last.insert(owner, last);
+        }
+        let Some(&first) = ids.first() else { return };
+        let parts = layout.unpack(first);
+        let slot = parts.worker as u32;
+        let tick_end = ids.iter().map(|&id| layout.tick_end_ms(layout.unpack(id).tick)).max().unwrap_or(i64::MIN);
+        let view = view(slot);
+        if session.is_none() {
+            self.violation(now, format!("{owner:?} minted on slot {slot} with no session"));
+        }
+        // Invariant 4: never past the lease.
+        if !view.lease_alive {
+            self.violation(now, format!("invariant 4: {owner:?} minted on slot {slot} after its lease expired"));
+        } else if !view.holds {
+            self.minted_on_lost_key += ids.len() as u64;
+            let own = self
+                .writes
+                .get(&slot)
+                .into_iter()
+                .flatten()
+                .filter(|(_, _, w, s)| *w == owner && Some(*s) == session)
+                .map(|(_, v, _, _)| *v)
+                .max()
+                .unwrap_or(i64::MIN);
+            if tick_end > own {
+                self.violation(
+                    now,
+                    format!("{owner:?} minted on slot {slot}, no longer its own, past its reservation"),
+                );
+            }
+        }
+        // Invariant 1: every minted tick is covered by the stored reservation.
+        if view.stored.is_none_or(|stored| tick_end > stored) {
+            self.violation(
+                now,
+                format!(
+                    "invariant 1: {owner:?} minted up to {tick_end} on slot {slot}, past the stored reservation {:?}",
+                    view.stored
+                ),
+            );
+        }
+        // Invariant 2: only above the reservations other processes wrote before the claim.
+        match self.claims.get(&(slot, owner)) {
+            None => self.violation(now, format!("{owner:?} minted on slot {slot} without ever claiming it")),
+            Some(&claimed_at) => {
+                let floor = self
+                    .writes
+                    .get(&slot)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(t, _, w, _)| *t <= claimed_at && *w != owner)
+                    .map(|(_, v, _, _)| *v)
+                    .max();
+                let lowest = ids.iter().map(|&id| layout.unpack(id).tick).min().expect("not empty");
+                if let Some(floor) = floor
+                    && layout.tick_at(floor).is_some_and(|floor_tick| lowest <= floor_tick)
+                {
+                    self.violation(
+                        now,
+                        format!("invariant 2: {owner:?} minted tick {lowest} on slot {slot}, at or below the floor {floor} it claimed over"),
+                    );
+                }
+            }
+        }
+        let max = self.minted_max.entry(slot).or_insert(i64::MIN);
+        *max = (*max).max(tick_end);
+    }
+}

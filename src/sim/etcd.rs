@@ -1,0 +1,271 @@
+//! A model of etcd's documented behaviour, as far as the stores use it.
+//!
+//! Transactions are linearizable: each request takes effect at the instant it reaches the
+//! model, compares and all. Keys carry create and mod revisions from one revision counter;
+//! a compare on a missing key compares against zero. Leases expire in simulated time unless
+//! renewed, deleting the keys attached to them; a keep-alive on an expired or revoked lease
+//! is answered "lease not found" (the store's `SessionGone`). A serializable read may be
+//! served by a member that is behind: it sees the state as of an earlier instant.
+
+use std::collections::BTreeMap;
+
+use super::Us;
+use crate::store::{Reply, Request, SessionId, SlotRead, Stored, Version};
+
+/// Which process sent a request: (node, incarnation).
+pub type Owner = (usize, u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    Worker(u32),
+    Reservation(u32),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Owner(Owner),
+    Reservation(i64),
+    /// Anything that is not a reservation (an operator's mistake).
+    Junk(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kv {
+    pub value: Value,
+    pub create_rev: i64,
+    pub mod_rev: i64,
+    pub lease: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Lease {
+    ttl_us: u64,
+    expires_at: Us,
+    owner: Owner,
+}
+
+/// What the checker needs to know of what happened in the store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// A reservation write took effect. `held`: the writer's session held the slot then.
+    ReservationWritten { slot: u32, until_ms: i64, writer: Owner, session: SessionId, held: bool },
+    /// `owner`'s session now holds `slot`.
+    Claimed { slot: u32, owner: Owner, session: SessionId },
+    /// The slot's worker key went away (lease expired or revoked, released, deleted by hand).
+    Freed { slot: u32 },
+}
+
+#[derive(Debug, Default)]
+pub struct EtcdModel {
+    rev: i64,
+    kv: BTreeMap<Key, Kv>,
+    leases: BTreeMap<i64, Lease>,
+    next_lease: i64,
+    /// Every change, for reads served by a member that is behind.
+    history: Vec<(Us, Key, Option<Kv>)>,
+    pub notes: Vec<Note>,
+}
+
+impl EtcdModel {
+    fn set(&mut self, now: Us, key: Key, kv: Option<Kv>) {
+        match &kv {
+            Some(kv) => {
+                self.kv.insert(key, kv.clone());
+            }
+            None => {
+                if let (Key::Worker(slot), Some(_)) = (key, self.kv.remove(&key)) {
+                    self.notes.push(Note::Freed { slot });
+                }
+            }
+        }
+        self.history.push((now, key, kv));
+    }
+
+    /// Leases past their TTL expire, with their keys.
+    pub fn expire(&mut self, now: Us) {
+        let expired: Vec<i64> = self.leases.iter().filter(|(_, l)| l.expires_at <= now).map(|(&id, _)| id).collect();
+        for id in expired {
+            self.revoke(now, id);
+        }
+    }
+
+    fn revoke(&mut self, now: Us, lease: i64) {
+        if self.leases.remove(&lease).is_none() {
+            return;
+        }
+        let keys: Vec<Key> = self.kv.iter().filter(|(_, kv)| kv.lease == lease).map(|(k, _)| *k).collect();
+        for key in keys {
+            self.rev += 1;
+            self.set(now, key, None);
+        }
+    }
+
+    /// Whether `session` is a live lease at `now`.
+    pub fn lease_alive(&mut self, now: Us, session: SessionId) -> bool {
+        self.expire(now);
+        self.leases.contains_key(&session)
+    }
+
+    /// Whether `session` holds `slot` at `now`.
+    pub fn holds(&mut self, now: Us, session: SessionId, slot: u32) -> bool {
+        self.expire(now);
+        self.kv.get(&Key::Worker(slot)).is_some_and(|kv| kv.lease == session)
+    }
+
+    /// The stored reservation of `slot`, if it is one.
+    pub fn reservation(&self, slot: u32) -> Option<i64> {
+        match self.kv.get(&Key::Reservation(slot)).map(|kv| &kv.value) {
+            Some(Value::Reservation(ms)) => Some(*ms),
+            _ => None,
+        }
+    }
+
+    /// An operator deletes the worker key of `slot` by hand.
+    pub fn delete_worker(&mut self, now: Us, slot: u32) {
+        if self.kv.contains_key(&Key::Worker(slot)) {
+            self.rev += 1;
+            self.set(now, Key::Worker(slot), None);
+        }
+    }
+
+    /// An operator writes junk over the reservation of `slot`.
+    pub fn corrupt_reservation(&mut self, now: Us, slot: u32) {
+        self.rev += 1;
+        let create_rev = self.kv.get(&Key::Reservation(slot)).map_or(self.rev, |kv| kv.create_rev);
+        let kv = Kv { value: Value::Junk("{\"oops\":".into()), create_rev, mod_rev: self.rev, lease: 0 };
+        self.set(now, Key::Reservation(slot), Some(kv));
+    }
+
+    fn read_at(&self, key: Key, at: Option<Us>) -> Option<Kv> {
+        match at {
+            None => self.kv.get(&key).cloned(),
+            Some(at) => {
+                self.history.iter().rev().find(|(t, k, _)| *k == key && *t <= at).and_then(|(_, _, kv)| kv.clone())
+            }
+        }
+    }
+
+    fn slot_read(&self, slot: u32, at: Option<Us>) -> SlotRead {
+        let stored = match self.read_at(Key::Reservation(slot), at) {
+            None => Stored::Absent,
+            Some(Kv { value: Value::Reservation(ms), mod_rev, .. }) => {
+                Stored::Reserved { until_ms: ms, version: Version::At(mod_rev) }
+            }
+            Some(Kv { value, .. }) => Stored::Corrupt { reason: format!("{value:?}, not a reservation") },
+        };
+        SlotRead { slot, location: format!("/sim/reservations/{slot}"), stored }
+    }
+
+    /// Applies `request` from `owner` at `now`. `stale_at`: for a serializable read, the
+    /// instant as of which the member that serves it is up to date.
+    pub fn apply(&mut self, now: Us, owner: Owner, request: &Request, stale_at: Us) -> Reply {
+        self.expire(now);
+        match request {
+            Request::OpenSession { ttl } => {
+                self.next_lease += 1;
+                let id = self.next_lease;
+                let ttl_us = ttl.as_micros() as u64;
+                self.leases.insert(id, Lease { ttl_us, expires_at: now + ttl_us, owner });
+                Reply::SessionOpened { session: id, ttl: Some(*ttl) }
+            }
+            Request::ListSlots { session } => {
+                let mut taken = Vec::new();
+                let mut ours = Vec::new();
+                for (key, kv) in &self.kv {
+                    if let Key::Worker(slot) = key {
+                        taken.push(*slot);
+                        if kv.lease == *session {
+                            ours.push(*slot);
+                        }
+                    }
+                }
+                Reply::Slots { taken, ours }
+            }
+            Request::Claim { session, slot } => {
+                if !self.leases.contains_key(session) {
+                    return Reply::Failed {
+                        error: "etcdserver: requested lease not found".into(),
+                        outcome: crate::store::Outcome::NotApplied,
+                    };
+                }
+                match self.kv.get(&Key::Worker(*slot)) {
+                    None => {
+                        self.rev += 1;
+                        let kv =
+                            Kv { value: Value::Owner(owner), create_rev: self.rev, mod_rev: self.rev, lease: *session };
+                        self.set(now, Key::Worker(*slot), Some(kv));
+                        self.notes.push(Note::Claimed { slot: *slot, owner, session: *session });
+                        Reply::Claimed { slot: *slot, won: true }
+                    }
+                    Some(kv) => Reply::Claimed { slot: *slot, won: kv.lease == *session },
+                }
+            }
+            Request::ReadReservations { slots, linearizable } => {
+                let at = (!linearizable).then_some(stale_at);
+                Reply::Reservations(slots.iter().map(|&slot| self.slot_read(slot, at)).collect())
+            }
+            Request::WriteReservations { session, writes, check_claim } => {
+                let held = |model: &EtcdModel, slot: u32| {
+                    model.kv.get(&Key::Worker(slot)).is_some_and(|kv| kv.lease == *session)
+                };
+                let version_ok = |model: &EtcdModel, slot: u32, expect: Option<Version>| {
+                    let mod_rev = model.kv.get(&Key::Reservation(slot)).map_or(0, |kv| kv.mod_rev);
+                    match expect {
+                        None => true,
+                        Some(Version::Absent) => mod_rev == 0,
+                        Some(Version::At(rev)) => mod_rev == rev,
+                    }
+                };
+                let ok =
+                    writes.iter().all(|w| (!check_claim || held(self, w.slot)) && version_ok(self, w.slot, w.expect));
+                if !ok {
+                    let not_ours = writes.iter().filter(|w| !held(self, w.slot)).map(|w| w.slot).collect();
+                    let current = writes.iter().map(|w| self.slot_read(w.slot, None)).collect();
+                    return Reply::WriteRefused { not_ours, current };
+                }
+                self.rev += 1;
+                let rev = self.rev;
+                let mut versions = Vec::new();
+                for write in writes {
+                    let key = Key::Reservation(write.slot);
+                    let create_rev = self.kv.get(&key).map_or(rev, |kv| kv.create_rev);
+                    let was_held = held(self, write.slot);
+                    let kv = Kv { value: Value::Reservation(write.until_ms), create_rev, mod_rev: rev, lease: 0 };
+                    self.set(now, key, Some(kv));
+                    self.notes.push(Note::ReservationWritten {
+                        slot: write.slot,
+                        until_ms: write.until_ms,
+                        writer: owner,
+                        session: *session,
+                        held: was_held,
+                    });
+                    versions.push((write.slot, Version::At(rev)));
+                }
+                Reply::Written(versions)
+            }
+            Request::Renew { session } => match self.leases.get_mut(session) {
+                Some(lease) => {
+                    lease.expires_at = now + lease.ttl_us;
+                    Reply::Renewed { ttl: std::time::Duration::from_micros(lease.ttl_us) }
+                }
+                None => Reply::SessionGone,
+            },
+            Request::Release { session, slot } => {
+                if self.kv.get(&Key::Worker(*slot)).is_some_and(|kv| kv.lease == *session) {
+                    self.rev += 1;
+                    self.set(now, Key::Worker(*slot), None);
+                }
+                Reply::Released
+            }
+            Request::CloseSession { session } => {
+                self.revoke(now, *session);
+                Reply::SessionClosed
+            }
+        }
+    }
+
+    /// The owner of a lease, if it is alive.
+    pub fn lease_owner(&self, session: SessionId) -> Option<Owner> {
+        self.leases.get(&session).map(|l| l.owner)
+    }
+}

@@ -1,0 +1,190 @@
+//! The sweeps, the replay of one seed, and the simulator's own power: each planted defect
+//! must be caught by the default sweep.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::run;
+use crate::defects::{self, Defect};
+
+/// How many schedules `cargo test` sweeps.
+const DEFAULT_SCHEDULES: u64 = 1_500;
+
+/// What a sweep found.
+#[derive(Debug, Default)]
+struct Sweep {
+    schedules: u64,
+    ids: u64,
+    faults: BTreeMap<&'static str, u64>,
+    minted_on_lost_key: u64,
+    /// The first failing seed and what it broke.
+    failure: Option<(u64, Vec<String>)>,
+}
+
+/// The seeds to run: `SNOWMINT_SIM_SEED` alone when set (a replay), else `first..first+n`.
+fn seeds(first: u64, n: u64) -> Vec<u64> {
+    match std::env::var("SNOWMINT_SIM_SEED") {
+        Ok(seed) => vec![seed.trim().parse().expect("SNOWMINT_SIM_SEED is a number")],
+        Err(_) => (first..first + n).collect(),
+    }
+}
+
+/// Runs `seeds` with `defect` planted, stopping at the first failure.
+fn sweep(seeds: &[u64], defect: Option<Defect>) -> Sweep {
+    defects::plant(defect);
+    let mut sweep = Sweep::default();
+    for &seed in seeds {
+        let report = run(seed);
+        sweep.schedules += 1;
+        sweep.ids += report.ids;
+        sweep.minted_on_lost_key += report.minted_on_lost_key;
+        for (fault, n) in report.faults {
+            *sweep.faults.entry(fault).or_default() += n;
+        }
+        if !report.violations.is_empty() {
+            sweep.failure = Some((seed, report.violations));
+            break;
+        }
+    }
+    defects::plant(None);
+    sweep
+}
+
+fn describe(failure: &(u64, Vec<String>)) -> String {
+    let (seed, violations) = failure;
+    format!(
+        "schedule {seed} failed; replay it with SNOWMINT_SIM_SEED={seed} cargo test --lib sim::\n  {}",
+        violations.join("\n  ")
+    )
+}
+
+/// Two halves of the default sweep, so the two cores share it.
+#[test]
+fn the_default_sweep_finds_no_violation_first_half() {
+    let result = sweep(&seeds(1, DEFAULT_SCHEDULES / 2), None);
+    if let Some(failure) = &result.failure {
+        panic!("{}", describe(failure));
+    }
+    assert!(result.ids > 0, "the sweep minted nothing");
+}
+
+#[test]
+fn the_default_sweep_finds_no_violation_second_half() {
+    let result = sweep(&seeds(1 + DEFAULT_SCHEDULES / 2, DEFAULT_SCHEDULES / 2), None);
+    if let Some(failure) = &result.failure {
+        panic!("{}", describe(failure));
+    }
+    assert!(result.ids > 0, "the sweep minted nothing");
+}
+
+#[test]
+#[ignore = "diagnostics"]
+fn timing() {
+    let mut worst = Vec::new();
+    for seed in 1..=300u64 {
+        let started = Instant::now();
+        let report = run(seed);
+        worst.push((started.elapsed(), seed, report.events, report.ids));
+    }
+    worst.sort();
+    for w in worst.iter().rev().take(8) {
+        println!("{w:?}");
+    }
+    let total: std::time::Duration = worst.iter().map(|w| w.0).sum();
+    println!("total {total:?}");
+}
+
+#[test]
+#[ignore = "diagnostics"]
+fn show_one() {
+    let seed = std::env::var("SNOWMINT_SIM_SEED").map_or(1, |v| v.parse().unwrap());
+    let started = Instant::now();
+    let world = super::World::new(seed);
+    println!("{:?}", world.params());
+    let report = world.run();
+    println!("{:?} in {:?}", report, started.elapsed());
+}
+
+#[test]
+fn a_seed_replays_to_the_byte() {
+    for seed in [7, 1_234, 99_999] {
+        let (a, b) = (run(seed), run(seed));
+        assert_eq!(a.digest, b.digest, "seed {seed} ran differently twice");
+        assert_eq!((a.ids, a.responses), (b.ids, b.responses));
+        assert!(a.ids > 0);
+    }
+    assert_ne!(run(7).digest, run(8).digest);
+}
+
+/// The default sweep must catch `defect`, and print the schedule that shows it.
+fn caught(defect: Defect) {
+    let result = sweep(&seeds(1, DEFAULT_SCHEDULES), Some(defect));
+    let failure = result.failure.unwrap_or_else(|| {
+        panic!("the default sweep of {} schedules missed the planted defect {defect:?}", result.schedules)
+    });
+    eprintln!("{defect:?} caught after {} schedules: {}", result.schedules, describe(&failure));
+}
+
+#[test]
+fn a_reservation_write_without_the_claim_check_is_caught() {
+    caught(Defect::WriteWithoutClaimCheck);
+}
+
+#[test]
+fn a_deadline_taken_from_the_reply_is_caught() {
+    caught(Defect::DeadlineFromReply);
+}
+
+#[test]
+fn a_stale_floor_read_is_caught() {
+    caught(Defect::StaleFloorRead);
+}
+
+#[test]
+fn a_sequence_reset_before_the_clock_check_is_caught() {
+    caught(Defect::SequenceResetBeforeClockCheck);
+}
+
+#[test]
+fn a_shrink_on_an_unknown_outcome_is_caught() {
+    caught(Defect::ShrinkOnUnknown);
+}
+
+#[test]
+fn a_write_without_the_version_check_is_caught() {
+    caught(Defect::WriteWithoutVersionCheck);
+}
+
+#[test]
+fn a_deadline_on_a_clock_that_stops_in_suspend_is_caught() {
+    caught(Defect::DeadlineOnSuspendingClock);
+}
+
+#[test]
+fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
+    caught(Defect::ClaimNotIdempotent);
+}
+
+/// The long sweep behind `scripts/simulate`: `SNOWMINT_SIM_SCHEDULES` schedules (default
+/// 100,000) from `SNOWMINT_SIM_FIRST` (default 1), or `SNOWMINT_SIM_SEED` alone.
+#[test]
+#[ignore = "long: run by scripts/simulate"]
+fn long_sweep() {
+    let n = std::env::var("SNOWMINT_SIM_SCHEDULES").map_or(100_000, |v| v.parse().expect("a number"));
+    let first = std::env::var("SNOWMINT_SIM_FIRST").map_or(1, |v| v.parse().expect("a number"));
+    let started = Instant::now();
+    let result = sweep(&seeds(first, n), None);
+    let secs = started.elapsed().as_secs_f64();
+    println!("schedules      {} (seeds {first}..{})", result.schedules, first + result.schedules);
+    println!("schedules/s    {:.0}", result.schedules as f64 / secs);
+    println!("IDs checked    {}", result.ids);
+    println!("minted on a key deleted by hand, within the reservation: {}", result.minted_on_lost_key);
+    println!("faults injected:");
+    for (fault, n) in &result.faults {
+        println!("  {fault:<32} {n}");
+    }
+    match &result.failure {
+        Some(failure) => panic!("{}", describe(failure)),
+        None => println!("violations     0"),
+    }
+}

@@ -1,0 +1,941 @@
+//! One simulated schedule: machines running the real keeper and minter core, a model store,
+//! a network between them, clients, and faults, all driven by one seed in simulated time.
+//!
+//! Each machine runs one process at a time (a new incarnation after a crash or a stop). A
+//! process is the production driver loop written out synchronously: one store request in
+//! flight with a call timeout, the holding handed to the minter core, replies recorded by
+//! the checker at the instant they are minted. A paused or suspended process handles
+//! nothing until it resumes; its events wait, in order, as a stopped process's sockets do.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::Us;
+use super::checker::{Checker, StoreView};
+use super::disk::{Disk, DiskFault, DiskStore, FileState};
+use super::etcd::{EtcdModel, Owner};
+use super::rng::Rng;
+use crate::grant::{Holding, Minted};
+use crate::keeper::{Event, Keeper, KeeperConfig, Now, SlotPolicy};
+use crate::layout::Layout;
+use crate::metrics::Metrics;
+use crate::minter::{Ask, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use crate::store::{Outcome, Reply, Request, SessionId};
+
+/// Unix µs at simulated time zero: well after the layout's epoch.
+const WALL_AT_ZERO_US: i64 = 1_780_000_000_000_000;
+
+const MS: Us = 1_000;
+const SECOND: Us = 1_000_000;
+
+/// Which store the machines of a schedule use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Etcd,
+    File,
+}
+
+/// The shape of a schedule, drawn from its seed.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub mode: Mode,
+    pub machines: usize,
+    pub layout: Layout,
+    pub ttl: Duration,
+    pub window_ms: i64,
+    pub max_clock_back_ms: u64,
+    /// Faults happen before this instant, none after.
+    pub fault_until: Us,
+    pub end: Us,
+    /// Every live machine must mint again within this long after the faults stop.
+    pub recovery_bound: Us,
+    /// Mean time between faults.
+    pub fault_every: Us,
+    /// Mean time between a client's requests.
+    pub ask_every: Us,
+}
+
+impl Params {
+    pub fn draw(rng: &mut Rng) -> Params {
+        let mode = if rng.chance(0.8) { Mode::Etcd } else { Mode::File };
+        let machines = rng.between(2, 4) as usize;
+        // Few worker bits, so slots are contended and handed over often.
+        let worker_bits = rng.between(2, 3) as u8;
+        let sequence_bits = rng.between(6, 10) as u8;
+        let layout = Layout::snowmint(crate::layout::DEFAULT_EPOCH_MS, worker_bits, sequence_bits);
+        let ttl = Duration::from_secs(rng.between(2, 6));
+        let window_ms = rng.between(300, 2_000) as i64;
+        let max_clock_back_ms = 50;
+        let fault_until = rng.between(4, 10) * SECOND;
+        let ttl_us = ttl.as_micros() as u64;
+        // Back steps up to 3 s, a window, claims and renewals: the slowest recovery.
+        let recovery_bound = 3 * SECOND + window_ms as u64 * MS + 3 * ttl_us + 2 * SECOND;
+        Params {
+            mode,
+            machines,
+            layout,
+            ttl,
+            window_ms,
+            max_clock_back_ms,
+            fault_until,
+            end: fault_until + recovery_bound + 2 * SECOND,
+            recovery_bound,
+            fault_every: rng.between(200, 800) * MS,
+            ask_every: rng.between(5, 30) * MS,
+        }
+    }
+
+    fn call_timeout(&self) -> Us {
+        (self.ttl / 5).clamp(Duration::from_millis(300), Duration::from_secs(2)).as_micros() as u64
+    }
+}
+
+/// A fault, as injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Crash,
+    GracefulRestart,
+    /// The minter fails at a stop: what it minted is unknown.
+    MinterFailsAtStop,
+    Pause,
+    Suspend,
+    ClockBackSmall,
+    ClockBackLarge,
+    ClockForward,
+    Partition,
+    SlowNetwork,
+    ReplyLoss,
+    Duplicates,
+    KeyDeletedByHand,
+    DiskFull,
+    DiskUnknown,
+    CorruptFile,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Crash => "kill -9",
+            Fault::GracefulRestart => "SIGTERM and restart",
+            Fault::MinterFailsAtStop => "minter fails at a stop",
+            Fault::Pause => "SIGSTOP",
+            Fault::Suspend => "machine suspended",
+            Fault::ClockBackSmall => "clock back < 50 ms",
+            Fault::ClockBackLarge => "clock back seconds",
+            Fault::ClockForward => "clock jump forward",
+            Fault::Partition => "cut off from the store",
+            Fault::SlowNetwork => "slow network",
+            Fault::ReplyLoss => "replies lost",
+            Fault::Duplicates => "requests duplicated",
+            Fault::KeyDeletedByHand => "worker key deleted by hand",
+            Fault::DiskFull => "disk write fails",
+            Fault::DiskUnknown => "disk write of unknown outcome",
+            Fault::CorruptFile => "state file corrupted",
+        }
+    }
+}
+
+/// What happens next.
+#[derive(Debug, Clone)]
+enum Ev {
+    /// A process's own timer.
+    Wake {
+        m: usize,
+        inc: u32,
+    },
+    /// A request reaches the store.
+    Arrive {
+        m: usize,
+        inc: u32,
+        id: u64,
+        request: Request,
+        copy: bool,
+    },
+    /// The store's reply reaches the process.
+    Answer {
+        m: usize,
+        inc: u32,
+        id: u64,
+        reply: Reply,
+    },
+    /// The process gives up on a request.
+    CallTimeout {
+        m: usize,
+        inc: u32,
+        id: u64,
+    },
+    /// A client asks a machine for IDs.
+    Ask {
+        m: usize,
+    },
+    /// A paused or suspended process runs again.
+    Resume {
+        m: usize,
+        pause: u64,
+    },
+    /// A stopped machine starts a new process.
+    Start {
+        m: usize,
+    },
+    /// A wall clock is set back to the truth after a jump.
+    CorrectClock {
+        m: usize,
+    },
+    /// A network trouble ends.
+    NetworkHeals {
+        m: usize,
+        kind: Fault,
+    },
+    Fault,
+}
+
+/// One reply slot the minter core answers into.
+struct SimReply {
+    sink: Rc<RefCell<Vec<Result<Ids, MintError>>>>,
+}
+
+impl Responder for SimReply {
+    fn is_closed(&self) -> bool {
+        false
+    }
+
+    fn send(self, result: Result<Ids, MintError>) -> bool {
+        self.sink.borrow_mut().push(result);
+        true
+    }
+}
+
+/// One incarnation of snowmint on a machine.
+struct Process {
+    inc: u32,
+    keeper: Keeper,
+    minter: MinterCore<SimReply>,
+    holding: Holding,
+    in_flight: Option<u64>,
+    session: Option<SessionId>,
+    disk: Option<DiskStore>,
+    replies: Rc<RefCell<Vec<Result<Ids, MintError>>>>,
+    /// A stop was asked for: the keeper finishes; the process exits once it is done.
+    stopping: bool,
+    /// The timer instant already queued, to avoid flooding the queue with wakes.
+    timer: Option<Us>,
+}
+
+/// A machine: its clocks, its disk and its current process.
+struct Machine {
+    /// Boot-clock rate error, parts per million.
+    ppm: i64,
+    wall_offset_us: i64,
+    suspended_us: Us,
+    /// Not running until then (SIGSTOP or suspend), and which pause it is.
+    paused: Option<(Us, u64, bool)>,
+    deferred: Vec<Ev>,
+    process: Option<Process>,
+    incarnations: u32,
+    disk: Disk,
+    slots: Vec<u32>,
+    /// Network trouble between this machine and the store.
+    partitioned: bool,
+    slow: bool,
+    reply_loss: bool,
+    duplicates: bool,
+    next_disk_fault: DiskFault,
+    /// The last instant a client got IDs from this machine.
+    last_success: Option<Us>,
+    /// The last backup of a good state file, restored by the operator after corruption.
+    backups: BTreeMap<u32, FileState>,
+}
+
+impl Machine {
+    fn boot(&self, now: Us) -> Duration {
+        let t = now as i128;
+        Duration::from_micros((t + t * self.ppm as i128 / 1_000_000) as u64)
+    }
+
+    /// The simulated instant at which this machine's boot clock reads `boot`.
+    fn instant_of_boot(&self, boot: Duration) -> Us {
+        let b = boot.as_micros() as i128;
+        (b * 1_000_000 / (1_000_000 + self.ppm as i128) + 1) as Us
+    }
+
+    fn wall_us(&self, now: Us) -> i64 {
+        WALL_AT_ZERO_US + now as i64 + self.wall_offset_us
+    }
+
+    fn keeper_now(&self, now: Us) -> Now {
+        Now { wall_ms: self.wall_us(now).div_euclid(1000), boot: self.boot(now) }
+    }
+
+    fn reading(&self, now: Us) -> Reading {
+        let boot = self.boot(now);
+        Reading {
+            wall_us: self.wall_us(now),
+            boot,
+            awake: boot.saturating_sub(Duration::from_micros(self.suspended_us)),
+        }
+    }
+}
+
+/// What one schedule did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub violations: Vec<String>,
+    pub ids: u64,
+    pub responses: u64,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub minted_on_lost_key: u64,
+    /// A digest of everything that happened, to show that a seed replays exactly.
+    pub digest: u64,
+    /// Events handled.
+    pub events: u64,
+}
+
+pub struct World {
+    params: Params,
+    rng: Rng,
+    now: Us,
+    queue: BinaryHeap<Reverse<(Us, u64)>>,
+    events: BTreeMap<u64, Ev>,
+    next_seq: u64,
+    machines: Vec<Machine>,
+    etcd: EtcdModel,
+    checker: Checker,
+    report: Report,
+    next_pause: u64,
+    /// One registry for every process: only counted, never read.
+    metrics: Metrics,
+}
+
+impl World {
+    pub fn new(seed: u64) -> World {
+        let mut rng = Rng::new(seed);
+        let params = Params::draw(&mut rng);
+        let machines = (0..params.machines)
+            .map(|i| Machine {
+                ppm: rng.between(0, 400) as i64 - 200,
+                wall_offset_us: rng.between(0, 40_000) as i64 - 20_000,
+                suspended_us: 0,
+                paused: None,
+                deferred: Vec::new(),
+                process: None,
+                incarnations: 0,
+                disk: Disk::default(),
+                slots: vec![i as u32],
+                partitioned: false,
+                slow: false,
+                reply_loss: false,
+                duplicates: false,
+                next_disk_fault: DiskFault::None,
+                last_success: None,
+                backups: BTreeMap::new(),
+            })
+            .collect();
+        let mut world = World {
+            params,
+            rng,
+            now: 0,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            next_seq: 0,
+            machines,
+            etcd: EtcdModel::default(),
+            checker: Checker::default(),
+            report: Report::default(),
+            next_pause: 0,
+            metrics: Metrics::new(),
+        };
+        for m in 0..world.machines.len() {
+            let at = world.rng.between(0, 300) * MS;
+            world.schedule(at, Ev::Start { m });
+            let at = world.rng.exp(world.params.ask_every as f64);
+            world.schedule(at, Ev::Ask { m });
+        }
+        let first_fault = world.rng.exp(world.params.fault_every as f64) + SECOND;
+        world.schedule(first_fault, Ev::Fault);
+        world
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    fn schedule(&mut self, at: Us, ev: Ev) {
+        self.next_seq += 1;
+        self.queue.push(Reverse((at, self.next_seq)));
+        self.events.insert(self.next_seq, ev);
+    }
+
+    fn digest(&mut self, value: u64) {
+        // FNV-1a over 64-bit words.
+        self.report.digest = (self.report.digest ^ value).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    /// Runs the schedule to its end and checks it.
+    pub fn run(mut self) -> Report {
+        self.report.digest = 0xcbf2_9ce4_8422_2325;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > self.params.end {
+                break;
+            }
+            self.now = at;
+            let ev = self.events.remove(&seq).expect("queued event");
+            self.digest(at ^ (seq << 40));
+            self.report.events += 1;
+            self.handle(ev);
+        }
+        self.check_liveness();
+        self.report.violations.append(&mut self.checker.violations);
+        self.report.ids = self.checker.ids;
+        self.report.responses = self.checker.responses;
+        self.report.minted_on_lost_key = self.checker.minted_on_lost_key;
+        self.report
+    }
+
+    fn check_liveness(&mut self) {
+        let since = self.params.fault_until + self.params.recovery_bound;
+        for (m, machine) in self.machines.iter().enumerate() {
+            if machine.process.is_none() {
+                continue;
+            }
+            if machine.last_success.is_none_or(|t| t < since) {
+                self.report.violations.push(format!(
+                    "liveness: machine {m} minted nothing within {:.1} s after the faults stopped (last at {:?} s)",
+                    self.params.recovery_bound as f64 / 1e6,
+                    machine.last_success.map(|t| t as f64 / 1e6)
+                ));
+            }
+        }
+    }
+
+    /// Whether events for machine `m` must wait (it is paused), deferring `ev` if so.
+    fn deferred(&mut self, m: usize, ev: &Ev) -> bool {
+        if self.machines[m].paused.is_some() {
+            self.machines[m].deferred.push(ev.clone());
+            return true;
+        }
+        false
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Wake { m, inc } => {
+                if self.deferred(m, &Ev::Wake { m, inc }) || !self.is_current(m, inc) {
+                    return;
+                }
+                if let Some(p) = self.machines[m].process.as_mut() {
+                    p.timer = None;
+                }
+                let now = self.machines[m].keeper_now(self.now);
+                self.process_mut(m).keeper.handle_timeout(now);
+                self.step(m);
+            }
+            Ev::Arrive { m, inc, id, request, copy } => self.arrive(m, inc, id, request, copy),
+            Ev::Answer { m, inc, id, reply } => {
+                let ev = Ev::Answer { m, inc, id, reply };
+                if self.deferred(m, &ev) || !self.is_current(m, inc) {
+                    return;
+                }
+                let Ev::Answer { reply, .. } = ev else { unreachable!() };
+                self.answer(m, id, reply);
+            }
+            Ev::CallTimeout { m, inc, id } => {
+                if self.deferred(m, &Ev::CallTimeout { m, inc, id }) || !self.is_current(m, inc) {
+                    return;
+                }
+                let reply = Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown };
+                self.answer(m, id, reply);
+            }
+            Ev::Ask { m } => {
+                let next = self.now + self.rng.exp(self.params.ask_every as f64).max(100);
+                self.schedule(next, Ev::Ask { m });
+                if self.deferred(m, &Ev::Ask { m }) {
+                    return;
+                }
+                self.ask(m);
+            }
+            Ev::Resume { m, pause } => self.resume(m, pause),
+            Ev::Start { m } => self.start(m),
+            Ev::CorrectClock { m } => {
+                self.machines[m].wall_offset_us = self.rng.between(0, 40_000) as i64 - 20_000;
+                if !self.deferred(m, &Ev::Wake { m, inc: self.machines[m].incarnations })
+                    && self.machines[m].process.is_some()
+                {
+                    self.step(m);
+                }
+            }
+            Ev::NetworkHeals { m, kind } => {
+                let machine = &mut self.machines[m];
+                match kind {
+                    Fault::Partition => machine.partitioned = false,
+                    Fault::SlowNetwork => machine.slow = false,
+                    Fault::ReplyLoss => machine.reply_loss = false,
+                    Fault::Duplicates => machine.duplicates = false,
+                    _ => {}
+                }
+            }
+            Ev::Fault => {
+                if self.now < self.params.fault_until {
+                    self.inject();
+                    let next = self.now + self.rng.exp(self.params.fault_every as f64).max(10 * MS);
+                    self.schedule(next, Ev::Fault);
+                }
+            }
+        }
+    }
+
+    fn is_current(&self, m: usize, inc: u32) -> bool {
+        self.machines[m].process.as_ref().is_some_and(|p| p.inc == inc)
+    }
+
+    fn process_mut(&mut self, m: usize) -> &mut Process {
+        self.machines[m].process.as_mut().expect("a process runs")
+    }
+
+    // ---- Processes ----
+
+    fn start(&mut self, m: usize) {
+        let now = self.now;
+        let machine = &mut self.machines[m];
+        if machine.process.is_some() {
+            return;
+        }
+        machine.incarnations += 1;
+        let inc = machine.incarnations;
+        let (policy, disk) = match self.params.mode {
+            Mode::Etcd => (SlotPolicy::Leased { count: 1, preferred: Vec::new() }, None),
+            Mode::File => {
+                if machine.disk.any_corrupt(&machine.slots) {
+                    // The real store refuses to open a corrupt state file: the start fails and
+                    // mints nothing. The operator restores the last good backup, and starts
+                    // it again.
+                    for slot in machine.slots.clone() {
+                        let backup = machine.backups.get(&slot).cloned().unwrap_or(FileState::Absent);
+                        machine.disk.files.insert(slot, backup);
+                    }
+                    let at = now + SECOND;
+                    self.schedule(at, Ev::Start { m });
+                    return;
+                }
+                (SlotPolicy::Fixed(machine.slots.clone()), Some(DiskStore::open(&machine.disk, machine.slots.clone())))
+            }
+        };
+        let params = &self.params;
+        let keeper = Keeper::new(KeeperConfig {
+            policy,
+            ttl: params.ttl,
+            window_ms: params.window_ms,
+            layout: params.layout.clone(),
+            seed: self.rng.next_u64(),
+        });
+        let minter = MinterCore::new(
+            MinterConfig {
+                layout: params.layout.clone(),
+                max_clock_back: Duration::from_millis(params.max_clock_back_ms),
+                max_wait: Duration::from_secs(1),
+                forward_jump_threshold: Duration::from_secs(1),
+            },
+            self.metrics.clone(),
+        )
+        .expect("the simulated layout is mintable");
+        if self.params.mode == Mode::File {
+            let slots = self.machines[m].slots.clone();
+            self.checker.claim_fixed(now, (m, inc), &slots);
+        }
+        self.machines[m].process = Some(Process {
+            inc,
+            keeper,
+            minter,
+            holding: Holding::Unheld { reason: "starting".into() },
+            in_flight: None,
+            session: None,
+            disk,
+            replies: Rc::default(),
+            stopping: false,
+            timer: None,
+        });
+        self.step(m);
+    }
+
+    /// The driver loop, once: requests out, holding to the minter, a pass, the next timer.
+    fn step(&mut self, m: usize) {
+        let now = self.now;
+        let kn = self.machines[m].keeper_now(now);
+        let reading = self.machines[m].reading(now);
+        let mut sent = None;
+        let mut next = Next::Idle;
+        {
+            let machine = &mut self.machines[m];
+            let Some(p) = machine.process.as_mut() else { return };
+            for _ in 0..3 {
+                if p.in_flight.is_none()
+                    && let Some((id, request)) = p.keeper.poll_request(kn)
+                {
+                    p.in_flight = Some(id);
+                    sent = Some((id, request));
+                }
+                while let Some(event) = p.keeper.poll_event() {
+                    if let Event::SessionOpened { session, .. } = event {
+                        p.session = Some(session);
+                    }
+                }
+                if let Some(holding) = p.keeper.poll_holding() {
+                    p.holding = holding;
+                }
+                if p.stopping {
+                    break;
+                }
+                next = p.minter.pass(reading, &p.holding);
+                if let Some(mint_ms) = p.minter.mint_ms()
+                    && let Minted::UpTo(slots) = p.minter.minted()
+                {
+                    p.keeper.handle_progress(mint_ms, slots);
+                }
+                if !p.minter.take_extension_wish() {
+                    break;
+                }
+                p.keeper.extend_now();
+            }
+        }
+        self.record_replies(m);
+        if let Some((id, request)) = sent {
+            self.send(m, id, request);
+        }
+        let machine = &self.machines[m];
+        let Some(p) = machine.process.as_ref() else { return };
+        if p.stopping && p.keeper.is_done() {
+            self.exit(m);
+            return;
+        }
+        let keeper_at = p.keeper.poll_timeout(kn).map(|b| machine.instant_of_boot(b));
+        let minter_at = match next {
+            Next::At(b) => Some(machine.instant_of_boot(b)),
+            Next::Idle => None,
+        };
+        let at = [keeper_at, minter_at].into_iter().flatten().min();
+        if let Some(at) = at {
+            let at = at.max(now + 1);
+            let inc = p.inc;
+            if p.timer.is_none_or(|t| at < t || t <= now) {
+                self.process_mut(m).timer = Some(at);
+                self.schedule(at, Ev::Wake { m, inc });
+            }
+        }
+    }
+
+    fn record_replies(&mut self, m: usize) {
+        let now = self.now;
+        let Some(p) = self.machines[m].process.as_ref() else { return };
+        let replies: Vec<_> = p.replies.borrow_mut().drain(..).collect();
+        let owner: Owner = (m, p.inc);
+        let session = p.session;
+        let layout = self.params.layout.clone();
+        for reply in replies {
+            let ids = match reply {
+                Ok(Ids::One(id)) => vec![id],
+                Ok(Ids::Many(ids)) => ids,
+                Err(_) => continue,
+            };
+            for &id in ids.iter().take(4) {
+                self.digest(id);
+            }
+            self.machines[m].last_success = Some(now);
+            let mode = self.params.mode;
+            let etcd = &mut self.etcd;
+            let machine = &self.machines[m];
+            let view = |slot: u32| match mode {
+                Mode::Etcd => {
+                    let session = session.unwrap_or(-1);
+                    StoreView {
+                        lease_alive: etcd.lease_alive(now, session),
+                        holds: etcd.holds(now, session, slot),
+                        stored: etcd.reservation(slot),
+                    }
+                }
+                Mode::File => StoreView {
+                    lease_alive: true,
+                    holds: true,
+                    stored: match machine.disk.files.get(&slot) {
+                        Some(FileState::Good { until_ms, .. }) => Some(*until_ms),
+                        _ => None,
+                    },
+                },
+            };
+            // The closure borrows the store mutably for lazy lease expiry.
+            let view = RefCell::new(view);
+            self.checker.issued(now, &layout, owner, session, &ids, |slot| (view.borrow_mut())(slot));
+        }
+    }
+
+    fn ask(&mut self, m: usize) {
+        let Some(p) = self.machines[m].process.as_mut() else { return };
+        if p.stopping {
+            return;
+        }
+        // Mostly small asks, now and then a batch that spans several ticks.
+        let ask = match self.rng.below(20) {
+            0..=9 => Ask::One,
+            10..=18 => Ask::Many(self.rng.between(1, 20) as usize),
+            _ => Ask::Many(self.rng.between(100, 600) as usize),
+        };
+        let boot = self.machines[m].boot(self.now);
+        let p = self.process_mut(m);
+        let reply = SimReply { sink: p.replies.clone() };
+        p.minter.push(Pending::new(ask, boot + Duration::from_millis(500), reply));
+        self.step(m);
+    }
+
+    fn answer(&mut self, m: usize, id: u64, reply: Reply) {
+        let kn = self.machines[m].keeper_now(self.now);
+        let p = self.process_mut(m);
+        if p.in_flight != Some(id) {
+            return;
+        }
+        p.in_flight = None;
+        p.keeper.handle_reply(kn, id, reply);
+        self.step(m);
+    }
+
+    fn send(&mut self, m: usize, id: u64, request: Request) {
+        let inc = self.process_mut(m).inc;
+        let machine = &self.machines[m];
+        let timeout =
+            machine.instant_of_boot(machine.boot(self.now) + Duration::from_micros(self.params.call_timeout()));
+        self.schedule(timeout, Ev::CallTimeout { m, inc, id });
+        match self.params.mode {
+            Mode::File => {
+                // The local disk: an fsync or two.
+                let at = self.now + self.rng.between(200, 5_000);
+                self.schedule(at, Ev::Arrive { m, inc, id, request, copy: false });
+            }
+            Mode::Etcd => {
+                if self.machines[m].partitioned || self.rng.chance(0.01) {
+                    return; // lost on the way
+                }
+                let at = self.now + self.delay(m);
+                if self.machines[m].duplicates && self.rng.chance(0.5) {
+                    let later = at + self.delay(m) * 3;
+                    self.schedule(later, Ev::Arrive { m, inc, id, request: request.clone(), copy: true });
+                }
+                self.schedule(at, Ev::Arrive { m, inc, id, request, copy: false });
+            }
+        }
+    }
+
+    fn delay(&mut self, m: usize) -> Us {
+        let base = self.rng.between(100, 1_500);
+        if self.machines[m].slow {
+            base + self.rng.exp(400.0 * MS as f64)
+        } else if self.rng.chance(0.02) {
+            base + self.rng.exp(30.0 * MS as f64)
+        } else {
+            base
+        }
+    }
+
+    fn arrive(&mut self, m: usize, inc: u32, id: u64, request: Request, copy: bool) {
+        let now = self.now;
+        let owner = (m, inc);
+        let reply = match self.params.mode {
+            Mode::Etcd => {
+                // A member behind by up to a second serves serializable reads.
+                let stale_at = now.saturating_sub(self.rng.between(0, SECOND));
+                let reply = self.etcd.apply(now, owner, &request, stale_at);
+                for note in std::mem::take(&mut self.etcd.notes) {
+                    self.checker.note(now, note);
+                }
+                reply
+            }
+            Mode::File => {
+                // A write cut off by a crash lands whole or not at all.
+                let current = self.is_current(m, inc);
+                let fault = if !current {
+                    if self.rng.chance(0.5) { DiskFault::None } else { DiskFault::FailedBefore }
+                } else if matches!(request, Request::WriteReservations { .. }) {
+                    std::mem::replace(&mut self.machines[m].next_disk_fault, DiskFault::None)
+                } else {
+                    DiskFault::None
+                };
+                let machine = &mut self.machines[m];
+                let mut notes = Vec::new();
+                let reply = match machine.process.as_mut().filter(|p| p.inc == inc).and_then(|p| p.disk.as_mut()) {
+                    Some(store) => store.apply(&mut machine.disk, owner, &request, fault, &mut notes),
+                    None => {
+                        // The process died with the write under way.
+                        let mut store = DiskStore::open(&machine.disk, machine.slots.clone());
+                        store.apply(&mut machine.disk, owner, &request, fault, &mut notes)
+                    }
+                };
+                for slot in machine.slots.clone() {
+                    if let Some(state @ FileState::Good { .. }) = machine.disk.files.get(&slot) {
+                        machine.backups.insert(slot, state.clone());
+                    }
+                }
+                for note in notes {
+                    self.checker.note(now, note);
+                }
+                reply
+            }
+        };
+        if copy
+            || (self.params.mode == Mode::Etcd
+                && (self.machines[m].partitioned || (self.machines[m].reply_loss && self.rng.chance(0.6))))
+        {
+            return; // the reply is lost (or this was a duplicate nobody waits for)
+        }
+        let at = match self.params.mode {
+            Mode::Etcd => now + self.delay(m),
+            Mode::File => now,
+        };
+        self.schedule(at, Ev::Answer { m, inc, id, reply });
+    }
+
+    /// The process ends (after a stop); a new one starts a little later.
+    fn exit(&mut self, m: usize) {
+        self.machines[m].process = None;
+        let at = self.now + self.rng.between(10, 1_000) * MS;
+        self.schedule(at, Ev::Start { m });
+    }
+
+    fn resume(&mut self, m: usize, pause: u64) {
+        let machine = &mut self.machines[m];
+        let Some((_, id, suspended)) = machine.paused else { return };
+        if id != pause {
+            return;
+        }
+        let _ = suspended;
+        machine.paused = None;
+        let deferred = std::mem::take(&mut machine.deferred);
+        for ev in deferred {
+            match ev {
+                // The request a client sent while the process was stopped; its next one is
+                // already scheduled.
+                Ev::Ask { m } => self.ask(m),
+                ev => self.handle(ev),
+            }
+        }
+        if self.machines[m].process.is_some() {
+            let now = self.machines[m].keeper_now(self.now);
+            self.process_mut(m).keeper.handle_timeout(now);
+            self.step(m);
+        }
+    }
+
+    // ---- Faults ----
+
+    fn inject(&mut self) {
+        let etcd = self.params.mode == Mode::Etcd;
+        let mut kinds = vec![
+            Fault::Crash,
+            Fault::GracefulRestart,
+            Fault::MinterFailsAtStop,
+            Fault::Pause,
+            Fault::Suspend,
+            Fault::ClockBackSmall,
+            Fault::ClockBackSmall,
+            Fault::ClockBackLarge,
+            Fault::ClockForward,
+        ];
+        if etcd {
+            kinds.extend([
+                Fault::Partition,
+                Fault::SlowNetwork,
+                Fault::ReplyLoss,
+                Fault::Duplicates,
+                Fault::KeyDeletedByHand,
+            ]);
+        } else {
+            kinds.extend([Fault::DiskFull, Fault::DiskUnknown, Fault::CorruptFile]);
+        }
+        let fault = *self.rng.pick(&kinds);
+        let m = self.rng.below(self.machines.len() as u64) as usize;
+        *self.report.faults.entry(fault.name()).or_default() += 1;
+        self.digest(fault as u64);
+        let ttl_us = self.params.ttl.as_micros() as u64;
+        match fault {
+            Fault::Crash => {
+                if self.machines[m].process.take().is_some() {
+                    let at = self.now + self.rng.between(50, 3_000) * MS;
+                    self.schedule(at, Ev::Start { m });
+                }
+            }
+            Fault::GracefulRestart | Fault::MinterFailsAtStop => {
+                if self.machines[m].paused.is_some() {
+                    return;
+                }
+                let Some(p) = self.machines[m].process.as_mut() else { return };
+                if p.stopping {
+                    return;
+                }
+                p.stopping = true;
+                p.minter.refuse_all(MintError::ShuttingDown);
+                let minted = if fault == Fault::MinterFailsAtStop { Minted::Unknown } else { p.minter.minted() };
+                p.keeper.finish(minted);
+                self.step(m);
+            }
+            Fault::Pause | Fault::Suspend => {
+                if self.machines[m].paused.is_some() {
+                    return;
+                }
+                let d = self.rng.between(ttl_us / 5, ttl_us * 5 / 2);
+                self.next_pause += 1;
+                let id = self.next_pause;
+                let suspended = fault == Fault::Suspend;
+                self.machines[m].paused = Some((self.now + d, id, suspended));
+                if suspended {
+                    self.machines[m].suspended_us += d;
+                }
+                self.schedule(self.now + d, Ev::Resume { m, pause: id });
+            }
+            Fault::ClockBackSmall => {
+                self.machines[m].wall_offset_us -= self.rng.between(1, 40) as i64 * 1_000;
+            }
+            Fault::ClockBackLarge => {
+                self.machines[m].wall_offset_us -= self.rng.between(200, 3_000) as i64 * 1_000;
+                if self.rng.chance(0.5) {
+                    let at = self.now + self.rng.between(100, 3_000) * MS;
+                    self.schedule(at, Ev::CorrectClock { m });
+                }
+            }
+            Fault::ClockForward => {
+                self.machines[m].wall_offset_us += self.rng.between(500, 3_000) as i64 * 1_000;
+                if self.rng.chance(0.7) {
+                    let at = self.now + self.rng.between(100, 3_000) * MS;
+                    self.schedule(at, Ev::CorrectClock { m });
+                }
+            }
+            Fault::Partition | Fault::SlowNetwork | Fault::ReplyLoss | Fault::Duplicates => {
+                let machine = &mut self.machines[m];
+                match fault {
+                    Fault::Partition => machine.partitioned = true,
+                    Fault::SlowNetwork => machine.slow = true,
+                    Fault::ReplyLoss => machine.reply_loss = true,
+                    _ => machine.duplicates = true,
+                }
+                let d = self.rng.between(100 * MS, ttl_us * 2);
+                self.schedule(self.now + d, Ev::NetworkHeals { m, kind: fault });
+            }
+            Fault::KeyDeletedByHand => {
+                let slot = self.rng.below(self.params.layout.max_worker() + 1) as u32;
+                self.etcd.delete_worker(self.now, slot);
+            }
+            Fault::DiskFull => self.machines[m].next_disk_fault = DiskFault::FailedBefore,
+            Fault::DiskUnknown => {
+                let landed = self.rng.chance(0.5);
+                self.machines[m].next_disk_fault = DiskFault::FailedAfter { landed };
+            }
+            Fault::CorruptFile => {
+                // Only between runs: the process is killed, the file broken, and the next
+                // start must refuse it.
+                if self.machines[m].process.take().is_some() {
+                    let slot = self.machines[m].slots[0];
+                    self.machines[m].disk.files.insert(slot, FileState::Corrupt);
+                    let at = self.now + self.rng.between(50, 1_000) * MS;
+                    self.schedule(at, Ev::Start { m });
+                }
+            }
+        }
+    }
+}
