@@ -320,7 +320,9 @@ impl Keeper {
         if self.in_flight.is_none() {
             consider(self.session.as_ref().and_then(|s| s.next_renew));
             consider(self.retry_at);
-            consider(self.next_extension_at(now));
+            // Nothing but a renewal goes out before a retry is due.
+            let not_before = self.retry_at.unwrap_or_default();
+            consider(self.next_extension_at(now).map(|t| t.max(not_before)));
         }
         at
     }
@@ -348,10 +350,11 @@ impl Keeper {
             && let Some(deadline) = session.deadline
             && now.boot >= deadline
             && !session.deadline_reported
-            && !self.slots.is_empty()
         {
             session.deadline_reported = true;
-            self.events.push_back(Event::DeadlinePassed);
+            if !self.slots.is_empty() {
+                self.events.push_back(Event::DeadlinePassed);
+            }
         }
     }
 
@@ -584,7 +587,11 @@ impl Keeper {
     }
 
     fn next_stop_request(&mut self, now: Now) -> Option<Request> {
-        let session = self.session.as_ref()?.id;
+        let Some(session) = self.session.as_ref().map(|s| s.id) else {
+            // Nothing claimed (or the claim is gone): nothing to save or release.
+            self.done = true;
+            return None;
+        };
         let stopping = self.stopping.as_mut().expect("stopping");
         if !stopping.shrink_done {
             stopping.shrink_done = true;
@@ -823,13 +830,13 @@ impl Keeper {
                         slot.phase = Phase::NeedFirstWrite;
                     }
                     _ => {
-                        // Re-read after a write of unknown outcome: whatever is stored now was
-                        // written by this session (the claim check keeps others out), so it
-                        // covers at least what was confirmed.
+                        // Re-read after a write of unknown outcome: learn the version to write
+                        // over, nothing more. The value may be another holder's (the slot's
+                        // key may be gone, deleted by hand): only a write of this session,
+                        // confirmed, extends what may be minted (invariant 1), and the next
+                        // write's claim check finds out whether the slot is still this one's.
+                        let _ = value;
                         slot.version = Some(version);
-                        if let Some(value) = value {
-                            slot.confirmed_ms = Some(slot.confirmed_ms.map_or(value, |c| c.max(value)));
-                        }
                     }
                 },
             }
@@ -1005,5 +1012,211 @@ impl Keeper {
     fn jittered(&mut self, base: Duration) -> Duration {
         let ms = base.as_millis() as u64;
         base + Duration::from_millis(self.random() % (ms / 2 + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Write;
+
+    const WALL: i64 = 1_800_000_000_000;
+
+    fn keeper(policy: SlotPolicy, window_ms: i64) -> Keeper {
+        Keeper::new(KeeperConfig {
+            policy,
+            ttl: Duration::from_secs(3),
+            window_ms,
+            layout: Layout::default_snowmint(),
+            seed: 1,
+        })
+    }
+
+    fn at(ms: u64) -> Now {
+        Now { wall_ms: WALL + ms as i64, boot: Duration::from_millis(ms) }
+    }
+
+    /// Sends the next request at `now` and answers it with `reply`; returns the request.
+    fn exchange(k: &mut Keeper, now: Now, reply: impl FnOnce(&Request) -> Reply) -> Request {
+        let (id, request) = k.poll_request(now).expect("a request is due");
+        let answer = reply(&request);
+        k.handle_reply(now, id, answer);
+        request
+    }
+
+    /// Takes slot 4 with a fresh lease: open, list, claim, read, write.
+    fn take_slot(k: &mut Keeper, now: Now, floor: Stored) {
+        exchange(k, now, |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
+        exchange(k, now, |_| Reply::Slots { taken: (0..1024).filter(|&s| s != 4).collect(), ours: vec![] });
+        exchange(k, now, |r| {
+            assert_eq!(r, &Request::Claim { session: 77, slot: 4 });
+            Reply::Claimed { slot: 4, won: true }
+        });
+        exchange(k, now, |_| {
+            Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: floor }])
+        });
+        exchange(k, now, |r| match r {
+            Request::WriteReservations { writes, .. } => Reply::Written(vec![(writes[0].slot, Version::At(10))]),
+            other => panic!("expected the first write, got {other:?}"),
+        });
+        assert!(k.started());
+    }
+
+    fn granted(k: &mut Keeper) -> Grant {
+        k.poll_holding();
+        k.holding().grant().cloned().expect("held")
+    }
+
+    /// Finding 1: a keep-alive answered "lease not found" ends the session at once; the
+    /// slot is re-claimed without waiting for a reservation write to fail.
+    #[test]
+    fn a_renewal_that_finds_the_lease_gone_loses_the_slot_at_once() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 60_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        // With a 60 s window no write is due for 20 s; the renewal at a third of the TTL is.
+        let renew_at = at(1_000);
+        let request = exchange(&mut k, renew_at, |_| Reply::SessionGone);
+        assert_eq!(request, Request::Renew { session: 77 });
+        assert!(matches!(k.poll_holding(), Some(Holding::Unheld { .. })));
+        let lost = std::iter::from_fn(|| k.poll_event()).any(|e| matches!(e, Event::SlotLost { slot: 4, .. }));
+        assert!(lost, "the loss was not reported");
+        let (_, next) = k.poll_request(renew_at).expect("claims again at once");
+        assert!(matches!(next, Request::OpenSession { .. }), "{next:?}");
+    }
+
+    /// Finding 2: a claim that committed with its reply lost is recognised by its lease on
+    /// the next listing and adopted, never leaked.
+    #[test]
+    fn a_claim_whose_reply_was_lost_is_adopted_not_leaked() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![9] }, 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        let claim = exchange(&mut k, at(0), |_| Reply::Failed { error: "timeout".into(), outcome: Outcome::Unknown });
+        assert_eq!(claim, Request::Claim { session: 77, slot: 9 });
+        // The claim committed: the next listing shows slot 9 under this lease.
+        let later = at(500);
+        let list = exchange(&mut k, later, |_| Reply::Slots { taken: vec![9], ours: vec![9] });
+        assert_eq!(list, Request::ListSlots { session: 77 });
+        let (_, next) = k.poll_request(later).unwrap();
+        assert_eq!(next, Request::ReadReservations { slots: vec![9], linearizable: true });
+    }
+
+    /// Finding 3: a stored reservation outside the layout's time range stops the start,
+    /// naming where it lives, and nothing is written over it.
+    #[test]
+    fn an_absurd_stored_reservation_stops_the_start_and_is_never_written_over() {
+        for absurd in [i64::MAX - 5, -1, Layout::default_snowmint().expiry_ms()] {
+            let mut k = keeper(SlotPolicy::Fixed(vec![4]), 3_000);
+            exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 1, ttl: None });
+            exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
+            exchange(&mut k, at(0), |_| {
+                Reply::Reservations(vec![SlotRead {
+                    slot: 4,
+                    location: "state/worker-4.json".into(),
+                    stored: Stored::Reserved { until_ms: absurd, version: Version::At(3) },
+                }])
+            });
+            let error = k.fatal().expect("the start stops").to_string();
+            assert!(error.contains("state/worker-4.json") && error.contains("outside"), "{error}");
+            assert_eq!(k.poll_request(at(0)), None, "wrote after finding {absurd} corrupt");
+        }
+    }
+
+    /// Finding 9: the first renewal is timed from the lease grant, not from the end of a
+    /// slow claim.
+    #[test]
+    fn the_first_renewal_is_timed_from_the_grant() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
+        // The listing takes 1.5 s to answer.
+        let (id, _) = k.poll_request(at(0)).unwrap();
+        k.handle_reply(at(1_500), id, Reply::Slots { taken: vec![], ours: vec![] });
+        // A third of the TTL after the grant, the renewal comes before the claim goes on.
+        let (_, next) = k.poll_request(at(1_500)).unwrap();
+        assert_eq!(next, Request::Renew { session: 77 });
+    }
+
+    /// Finding 10: re-claiming the slot it just lost, finding its own last write untouched,
+    /// the keeper grants it as resuming: the minter goes on from its own last ID instead of
+    /// waiting out its own reservation.
+    #[test]
+    fn a_reclaim_that_finds_its_own_last_write_resumes_at_once() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 60_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        assert!(!granted(&mut k).slots[0].resumes);
+        exchange(&mut k, at(1_000), |_| Reply::SessionGone);
+        exchange(&mut k, at(1_000), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        let claim = exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
+        assert_eq!(claim, Request::Claim { session: 78, slot: 4 }, "the lost slot is tried first");
+        let own = Stored::Reserved { until_ms: WALL + 60_000, version: Version::At(10) };
+        exchange(&mut k, at(1_000), |_| {
+            Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: own }])
+        });
+        exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(12))]));
+        assert!(granted(&mut k).slots[0].resumes);
+
+        // Had anyone else written the reservation meanwhile, it would not resume.
+        exchange(&mut k, at(2_000), |_| Reply::SessionGone);
+        exchange(&mut k, at(2_000), |_| Reply::SessionOpened { session: 79, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(2_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        exchange(&mut k, at(2_000), |_| Reply::Claimed { slot: 4, won: true });
+        let theirs = Stored::Reserved { until_ms: WALL + 70_000, version: Version::At(15) };
+        exchange(&mut k, at(2_000), |_| {
+            Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: theirs }])
+        });
+        exchange(&mut k, at(2_000), |_| Reply::Written(vec![(4, Version::At(16))]));
+        let grant = granted(&mut k);
+        assert!(!grant.slots[0].resumes);
+        assert_eq!(grant.slots[0].floor_ms, Some(WALL + 70_000));
+    }
+
+    /// Invariant 7: no shrink when what was minted is unknown; a known shrink names the
+    /// version it replaces and never goes below the floor.
+    #[test]
+    fn the_final_shrink_needs_a_known_last_tick() {
+        let floor = Stored::Reserved { until_ms: WALL - 500, version: Version::At(3) };
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), floor.clone());
+        k.finish(Minted::Unknown);
+        let close = exchange(&mut k, at(10), |_| Reply::SessionClosed);
+        assert_eq!(close, Request::CloseSession { session: 77 });
+        assert!(k.is_done());
+
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), floor);
+        k.finish(Minted::UpTo(vec![(4, WALL + 7)]));
+        let shrink = exchange(&mut k, at(10), |_| Reply::Written(vec![(4, Version::At(11))]));
+        let Request::WriteReservations { writes, check_claim: true, .. } = shrink else { panic!("{shrink:?}") };
+        assert_eq!(
+            writes,
+            vec![Write { slot: 4, until_ms: WALL + 7, expect: Some(Version::At(10)), wall_ms: WALL + 10 }]
+        );
+    }
+
+    /// A write of unknown outcome is followed by a read before the next write, and the
+    /// value read (perhaps another holder's) never widens what may be minted.
+    #[test]
+    fn after_a_write_of_unknown_outcome_the_version_is_read_before_writing_again() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        let reserved = granted(&mut k).slots[0].reserved_ms;
+        k.extend_now();
+        let write = exchange(&mut k, at(900), |_| Reply::Failed { error: "timeout".into(), outcome: Outcome::Unknown });
+        assert!(matches!(write, Request::WriteReservations { .. }), "{write:?}");
+        // After the retry pause, the renewal (due at 1 s) and then the read.
+        exchange(&mut k, at(1_300), |_| Reply::Renewed { ttl: Duration::from_secs(3) });
+        let read = exchange(&mut k, at(1_300), |_| {
+            Reply::Reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: Stored::Reserved { until_ms: WALL + 99_000, version: Version::At(20) },
+            }])
+        });
+        assert_eq!(read, Request::ReadReservations { slots: vec![4], linearizable: true });
+        assert_eq!(granted(&mut k).slots[0].reserved_ms, reserved, "a value read widened the grant");
+        let (_, next) = k.poll_request(at(1_300)).unwrap();
+        let Request::WriteReservations { writes, .. } = next else { panic!("{next:?}") };
+        assert_eq!(writes[0].expect, Some(Version::At(20)));
     }
 }

@@ -182,9 +182,17 @@ impl<R: Responder> MinterCore<R> {
         if self.readiness == readiness {
             return;
         }
-        match &readiness {
-            Readiness::Serving => tracing::info!("minting"),
-            Readiness::NotServing(why) => tracing::warn!(reason = %why, "minting refused"),
+        // One line per change of state: a refusal whose figures move on (milliseconds to go)
+        // is the same refusal.
+        let kind = |r: &Readiness| match r {
+            Readiness::Serving => None,
+            Readiness::NotServing(why) => Some(std::mem::discriminant(why)),
+        };
+        if kind(&self.readiness) != kind(&readiness) {
+            match &readiness {
+                Readiness::Serving => tracing::info!("minting"),
+                Readiness::NotServing(why) => tracing::warn!(reason = %why, "minting refused"),
+            }
         }
         self.metrics.minting.set(i64::from(readiness == Readiness::Serving));
         self.readiness = readiness;
@@ -340,7 +348,7 @@ impl<R: Responder> MinterCore<R> {
         match blocked {
             None => {
                 self.set_readiness(Readiness::Serving);
-                self.deadline_wake(holding)
+                self.deadline_wake(holding, now)
             }
             Some(Blocked::WaitUntil { tick: until, reason }) => {
                 match reason {
@@ -438,10 +446,10 @@ impl<R: Responder> MinterCore<R> {
     }
 
     /// When idle and minting, wake at the claim's deadline to report not ready.
-    fn deadline_wake(&self, holding: &Holding) -> Next {
+    fn deadline_wake(&self, holding: &Holding, now: Reading) -> Next {
         match holding.grant().and_then(|g| g.deadline) {
-            Some(deadline) => Next::At(deadline),
-            None => Next::Idle,
+            Some(deadline) if deadline > now.boot => Next::At(deadline),
+            _ => Next::Idle,
         }
     }
 }

@@ -101,7 +101,7 @@ const PRECISE: Duration = Duration::from_micros(2_500);
 const SPIN: Duration = Duration::from_micros(150);
 
 /// How far the minting time moves before the keeper hears of it again.
-const PROGRESS_EVERY_MS: i64 = 100;
+pub(crate) const PROGRESS_EVERY_MS: i64 = 100;
 
 /// What the minter task is connected to.
 pub struct MinterLinks {

@@ -180,6 +180,8 @@ impl Checker {
         match self.claims.get(&(slot, owner)) {
             None => self.violation(now, format!("{owner:?} minted on slot {slot} without ever claiming it")),
             Some(&claimed_at) => {
+                // What another process stored last before the claim: its final shrink
+                // lowers its own earlier reservations, legitimately.
                 let floor = self
                     .writes
                     .get(&slot)
@@ -187,7 +189,7 @@ impl Checker {
                     .flatten()
                     .filter(|(t, _, w, _)| *t <= claimed_at && *w != owner)
                     .map(|(_, v, _, _)| *v)
-                    .max();
+                    .next_back();
                 let lowest = ids.iter().map(|&id| layout.unpack(id).tick).min().expect("not empty");
                 if let Some(floor) = floor
                     && layout.tick_at(floor).is_some_and(|floor_tick| lowest <= floor_tick)

@@ -25,8 +25,6 @@ pub enum Key {
 pub enum Value {
     Owner(Owner),
     Reservation(i64),
-    /// Anything that is not a reservation (an operator's mistake).
-    Junk(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +39,6 @@ pub struct Kv {
 struct Lease {
     ttl_us: u64,
     expires_at: Us,
-    owner: Owner,
 }
 
 /// What the checker needs to know of what happened in the store.
@@ -128,14 +125,6 @@ impl EtcdModel {
         }
     }
 
-    /// An operator writes junk over the reservation of `slot`.
-    pub fn corrupt_reservation(&mut self, now: Us, slot: u32) {
-        self.rev += 1;
-        let create_rev = self.kv.get(&Key::Reservation(slot)).map_or(self.rev, |kv| kv.create_rev);
-        let kv = Kv { value: Value::Junk("{\"oops\":".into()), create_rev, mod_rev: self.rev, lease: 0 };
-        self.set(now, Key::Reservation(slot), Some(kv));
-    }
-
     fn read_at(&self, key: Key, at: Option<Us>) -> Option<Kv> {
         match at {
             None => self.kv.get(&key).cloned(),
@@ -165,7 +154,7 @@ impl EtcdModel {
                 self.next_lease += 1;
                 let id = self.next_lease;
                 let ttl_us = ttl.as_micros() as u64;
-                self.leases.insert(id, Lease { ttl_us, expires_at: now + ttl_us, owner });
+                self.leases.insert(id, Lease { ttl_us, expires_at: now + ttl_us });
                 Reply::SessionOpened { session: id, ttl: Some(*ttl) }
             }
             Request::ListSlots { session } => {
@@ -262,10 +251,5 @@ impl EtcdModel {
                 Reply::SessionClosed
             }
         }
-    }
-
-    /// The owner of a lease, if it is alive.
-    pub fn lease_owner(&self, session: SessionId) -> Option<Owner> {
-        self.leases.get(&session).map(|l| l.owner)
     }
 }

@@ -84,6 +84,9 @@ fn timing() {
     for seed in 1..=300u64 {
         let started = Instant::now();
         let report = run(seed);
+        if !report.violations.is_empty() {
+            println!("seed {seed}: {:?}", &report.violations[..1]);
+        }
         worst.push((started.elapsed(), seed, report.events, report.ids));
     }
     worst.sort();

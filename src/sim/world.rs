@@ -22,6 +22,7 @@ use crate::grant::{Holding, Minted};
 use crate::keeper::{Event, Keeper, KeeperConfig, Now, SlotPolicy};
 use crate::layout::Layout;
 use crate::metrics::Metrics;
+use crate::minter::task::PROGRESS_EVERY_MS;
 use crate::minter::{Ask, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use crate::store::{Outcome, Reply, Request, SessionId};
 
@@ -29,6 +30,9 @@ use crate::store::{Outcome, Reply, Request, SessionId};
 const WALL_AT_ZERO_US: i64 = 1_780_000_000_000_000;
 
 const MS: Us = 1_000;
+
+/// More events than a schedule can need: something wakes in a loop.
+const MAX_EVENTS: u64 = 500_000;
 const SECOND: Us = 1_000_000;
 
 /// Which store the machines of a schedule use.
@@ -101,6 +105,9 @@ pub enum Fault {
     /// The minter fails at a stop: what it minted is unknown.
     MinterFailsAtStop,
     Pause,
+    /// The process is stopped right after it sends its next request (a long GC pause, a
+    /// SIGSTOP at an unlucky moment), so the reply waits for it.
+    PauseAfterSend,
     Suspend,
     ClockBackSmall,
     ClockBackLarge,
@@ -122,6 +129,7 @@ impl Fault {
             Fault::GracefulRestart => "SIGTERM and restart",
             Fault::MinterFailsAtStop => "minter fails at a stop",
             Fault::Pause => "SIGSTOP",
+            Fault::PauseAfterSend => "SIGSTOP right after a send",
             Fault::Suspend => "machine suspended",
             Fault::ClockBackSmall => "clock back < 50 ms",
             Fault::ClockBackLarge => "clock back seconds",
@@ -222,6 +230,8 @@ struct Process {
     stopping: bool,
     /// The timer instant already queued, to avoid flooding the queue with wakes.
     timer: Option<Us>,
+    /// The minting time last reported to the keeper.
+    progress_sent: Option<i64>,
 }
 
 /// A machine: its clocks, its disk and its current process.
@@ -243,6 +253,8 @@ struct Machine {
     reply_loss: bool,
     duplicates: bool,
     next_disk_fault: DiskFault,
+    /// Stop the process for this long right after its next send.
+    pause_after_send: Option<Us>,
     /// The last instant a client got IDs from this machine.
     last_success: Option<Us>,
     /// The last backup of a good state file, restored by the operator after corruption.
@@ -307,6 +319,7 @@ pub struct World {
     next_pause: u64,
     /// One registry for every process: only counted, never read.
     metrics: Metrics,
+    tracing: bool,
 }
 
 impl World {
@@ -329,6 +342,7 @@ impl World {
                 reply_loss: false,
                 duplicates: false,
                 next_disk_fault: DiskFault::None,
+                pause_after_send: None,
                 last_success: None,
                 backups: BTreeMap::new(),
             })
@@ -346,6 +360,7 @@ impl World {
             report: Report::default(),
             next_pause: 0,
             metrics: Metrics::new(),
+            tracing: std::env::var_os("SNOWMINT_SIM_TRACE").is_some(),
         };
         for m in 0..world.machines.len() {
             let at = world.rng.between(0, 300) * MS;
@@ -368,6 +383,13 @@ impl World {
         self.events.insert(self.next_seq, ev);
     }
 
+    /// Prints what happens when `SNOWMINT_SIM_TRACE` is set (a replay of one seed).
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.tracing {
+            eprintln!("{:>10.6} {}", self.now as f64 / 1e6, what());
+        }
+    }
+
     fn digest(&mut self, value: u64) {
         // FNV-1a over 64-bit words.
         self.report.digest = (self.report.digest ^ value).wrapping_mul(0x0000_0100_0000_01b3);
@@ -378,6 +400,13 @@ impl World {
         self.report.digest = 0xcbf2_9ce4_8422_2325;
         while let Some(Reverse((at, seq))) = self.queue.pop() {
             if at > self.params.end {
+                break;
+            }
+            if self.report.events > MAX_EVENTS {
+                // A process waking in a loop is a bug too (it would spin a core).
+                self.report
+                    .violations
+                    .push(format!("over {MAX_EVENTS} events by {:.3} s: something wakes in a loop", at as f64 / 1e6));
                 break;
             }
             self.now = at;
@@ -555,6 +584,7 @@ impl World {
             replies: Rc::default(),
             stopping: false,
             timer: None,
+            progress_sent: None,
         });
         self.step(m);
     }
@@ -580,17 +610,26 @@ impl World {
                     if let Event::SessionOpened { session, .. } = event {
                         p.session = Some(session);
                     }
+                    if self.tracing {
+                        eprintln!("{:>10.6} m{m} event {event:?}", now as f64 / 1e6);
+                    }
                 }
                 if let Some(holding) = p.keeper.poll_holding() {
+                    if self.tracing {
+                        eprintln!("{:>10.6} m{m} holding {holding:?}", now as f64 / 1e6);
+                    }
                     p.holding = holding;
                 }
                 if p.stopping {
                     break;
                 }
                 next = p.minter.pass(reading, &p.holding);
+                // As the minter task does: the keeper hears of progress now and then.
                 if let Some(mint_ms) = p.minter.mint_ms()
+                    && p.progress_sent.is_none_or(|sent| mint_ms - sent >= PROGRESS_EVERY_MS)
                     && let Minted::UpTo(slots) = p.minter.minted()
                 {
+                    p.progress_sent = Some(mint_ms);
                     p.keeper.handle_progress(mint_ms, slots);
                 }
                 if !p.minter.take_extension_wish() {
@@ -601,11 +640,22 @@ impl World {
         }
         self.record_replies(m);
         if let Some((id, request)) = sent {
+            self.trace(|| format!("m{m} sends #{id} {request:?}"));
             self.send(m, id, request);
+            if let Some(d) = self.machines[m].pause_after_send.take() {
+                self.pause(m, d, false);
+            }
         }
         let machine = &self.machines[m];
         let Some(p) = machine.process.as_ref() else { return };
         if p.stopping && p.keeper.is_done() {
+            self.exit(m);
+            return;
+        }
+        if let Some(error) = p.keeper.fatal() {
+            // The start fails (every slot taken, a corrupt reservation): the process exits
+            // non-zero and its supervisor starts it again.
+            self.trace(|| format!("m{m} start fails: {error}"));
             self.exit(m);
             return;
         }
@@ -617,6 +667,12 @@ impl World {
         let at = [keeper_at, minter_at].into_iter().flatten().min();
         if let Some(at) = at {
             let at = at.max(now + 1);
+            if self.tracing && at < now + 100 {
+                eprintln!(
+                    "{:>10.6} m{m} wakes again at {at} (keeper {keeper_at:?}, minter {minter_at:?})",
+                    now as f64 / 1e6
+                );
+            }
             let inc = p.inc;
             if p.timer.is_none_or(|t| at < t || t <= now) {
                 self.process_mut(m).timer = Some(at);
@@ -688,11 +744,12 @@ impl World {
     }
 
     fn answer(&mut self, m: usize, id: u64, reply: Reply) {
-        let kn = self.machines[m].keeper_now(self.now);
-        let p = self.process_mut(m);
-        if p.in_flight != Some(id) {
+        if self.process_mut(m).in_flight != Some(id) {
             return;
         }
+        self.trace(|| format!("m{m} gets #{id} {reply:?}"));
+        let kn = self.machines[m].keeper_now(self.now);
+        let p = self.process_mut(m);
         p.in_flight = None;
         p.keeper.handle_reply(kn, id, reply);
         self.step(m);
@@ -716,7 +773,9 @@ impl World {
                 }
                 let at = self.now + self.delay(m);
                 if self.machines[m].duplicates && self.rng.chance(0.5) {
-                    let later = at + self.delay(m) * 3;
+                    // A copy stuck in a queue somewhere (a retry by a proxy, a member that
+                    // forwards it late) lands much later.
+                    let later = at + self.rng.exp(SECOND as f64);
                     self.schedule(later, Ev::Arrive { m, inc, id, request: request.clone(), copy: true });
                 }
                 self.schedule(at, Ev::Arrive { m, inc, id, request, copy: false });
@@ -825,6 +884,22 @@ impl World {
 
     // ---- Faults ----
 
+    /// Stops machine `m`'s process for `d` (a suspend stops its awake clock too).
+    fn pause(&mut self, m: usize, d: Us, suspended: bool) {
+        if self.machines[m].paused.is_some() || self.now >= self.params.fault_until {
+            return;
+        }
+        // Every fault is over when the fault phase ends.
+        let d = d.min(self.params.fault_until - self.now);
+        self.next_pause += 1;
+        let id = self.next_pause;
+        self.machines[m].paused = Some((self.now + d, id, suspended));
+        if suspended {
+            self.machines[m].suspended_us += d;
+        }
+        self.schedule(self.now + d, Ev::Resume { m, pause: id });
+    }
+
     fn inject(&mut self) {
         let etcd = self.params.mode == Mode::Etcd;
         let mut kinds = vec![
@@ -832,6 +907,7 @@ impl World {
             Fault::GracefulRestart,
             Fault::MinterFailsAtStop,
             Fault::Pause,
+            Fault::PauseAfterSend,
             Fault::Suspend,
             Fault::ClockBackSmall,
             Fault::ClockBackSmall,
@@ -851,6 +927,7 @@ impl World {
         }
         let fault = *self.rng.pick(&kinds);
         let m = self.rng.below(self.machines.len() as u64) as usize;
+        self.trace(|| format!("FAULT {} on m{m}", fault.name()));
         *self.report.faults.entry(fault.name()).or_default() += 1;
         self.digest(fault as u64);
         let ttl_us = self.params.ttl.as_micros() as u64;
@@ -876,18 +953,12 @@ impl World {
                 self.step(m);
             }
             Fault::Pause | Fault::Suspend => {
-                if self.machines[m].paused.is_some() {
-                    return;
-                }
                 let d = self.rng.between(ttl_us / 5, ttl_us * 5 / 2);
-                self.next_pause += 1;
-                let id = self.next_pause;
-                let suspended = fault == Fault::Suspend;
-                self.machines[m].paused = Some((self.now + d, id, suspended));
-                if suspended {
-                    self.machines[m].suspended_us += d;
-                }
-                self.schedule(self.now + d, Ev::Resume { m, pause: id });
+                self.pause(m, d, fault == Fault::Suspend);
+            }
+            Fault::PauseAfterSend => {
+                let d = self.rng.between(ttl_us / 5, ttl_us * 5 / 2);
+                self.machines[m].pause_after_send = Some(d);
             }
             Fault::ClockBackSmall => {
                 self.machines[m].wall_offset_us -= self.rng.between(1, 40) as i64 * 1_000;
@@ -914,7 +985,7 @@ impl World {
                     Fault::ReplyLoss => machine.reply_loss = true,
                     _ => machine.duplicates = true,
                 }
-                let d = self.rng.between(100 * MS, ttl_us * 2);
+                let d = self.rng.between(100 * MS, ttl_us * 2).min(self.params.fault_until - self.now);
                 self.schedule(self.now + d, Ev::NetworkHeals { m, kind: fault });
             }
             Fault::KeyDeletedByHand => {
