@@ -8,8 +8,9 @@
 //! - [`minter`]: the single task that owns the generator and answers every request.
 //! - [`worker`]: where the worker ID and the reservations come from (a static ID with a state
 //!   file, or an etcd lease).
-//! - [`service`], [`admin`], [`server`]: the gRPC service, the admin HTTP endpoint, and the
-//!   wiring with one shutdown token.
+//! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
+//!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
+//!   token.
 //! - [`metrics`]: every Prometheus metric. [`cli`]: the command line; [`bench`]: its load tool.
 //! - [`client`]: a Rust client with failover, coalescing and an optional local buffer.
 //!
@@ -18,6 +19,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod calls;
 pub mod cli;
 pub mod client;
 pub mod clock;
