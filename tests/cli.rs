@@ -23,9 +23,21 @@ fn serve_error(args: &[&str]) -> String {
 #[test]
 fn bad_configuration_exits_with_one_clear_line() {
     let cases: &[(&[&str], &str)] = &[
-        (&["--worker-bits", "30", "--sequence-bits", "20"], "time bits must be between 20 and 61"),
-        (&["--sequence-bits", "0"], "sequence bits must be between"),
-        (&["--epoch", "2999-01-01T00:00:00Z"], "in the future"),
+        // Layout errors name the flags the user set, with the arithmetic.
+        (
+            &["--worker-bits", "40"],
+            "--worker-bits 40 + --sequence-bits 12 leave 11 time bits (of 63); the time field needs 20 to 61",
+        ),
+        (&["--worker-bits", "30", "--sequence-bits", "20"], "--worker-bits 30 + --sequence-bits 20 leave 13 time bits"),
+        (&["--worker-bits", "0", "--sequence-bits", "1"], "--worker-bits 0 + --sequence-bits 1 leave 62 time bits"),
+        (&["--worker-bits", "40", "--sequence-bits", "30"], "--worker-bits 40 + --sequence-bits 30 = 70 bits"),
+        (&["--worker-bits", "21"], "--worker-bits must be between 0 and 20, got 21"),
+        (&["--sequence-bits", "0"], "--sequence-bits must be between 1 and 22, got 0"),
+        (&["--epoch", "2999-01-01T00:00:00Z"], "--epoch 2999-01-01T00:00:00.000Z is in the future"),
+        (
+            &["--epoch", "1970-01-01T00:00:00Z", "--worker-bits", "20", "--sequence-bits", "22"],
+            "--epoch 1970-01-01T00:00:00.000Z with 21 time bits of ms (63 - --worker-bits 20 - --sequence-bits 22) ran out at 1970-01-01T00:34:57.152Z",
+        ),
         (&["--epoch", "yesterday"], "RFC 3339"),
         (&["--worker-id", "1024"], "--worker-id 1024 does not fit --worker-bits 10 (maximum 1023)"),
         (&["--worker-bits", "4", "--worker-id", "16"], "maximum 15"),
@@ -48,6 +60,10 @@ fn bad_configuration_exits_with_one_clear_line() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--worker-id 5000"));
+    // `decode` reads its own layout from the same flags, and says the same.
+    let (code, _, err) = run_binary(&["decode", "12", "--worker-bits", "40"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--worker-bits 40 + --sequence-bits 12 leave 11 time bits"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
