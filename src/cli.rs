@@ -1,4 +1,5 @@
-//! The command line: `serve`, and the small clients `decode` (offline), `next` and `batch`.
+//! The command line: `serve`, the small clients `decode` (offline), `next` and `batch`, and
+//! the load tool `bench`.
 //!
 //! Every flag of `serve` can also be set through `SNOWMINT_<FLAG>` in the environment.
 //! Values are checked here, before anything starts; a bad one ends the process with one
@@ -443,10 +444,7 @@ pub async fn main(cli: Cli) -> Result<(), String> {
         Command::Bench(args) => {
             let report = crate::bench::run(&args).await?;
             println!("{report}");
-            if report.duplicates > 0 {
-                return Err(format!("{} duplicate IDs", report.duplicates));
-            }
-            Ok(())
+            report.verdict()
         }
     }
 }

@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use common::{Process, TestServer, assert_increasing, assert_unique, config, run_binary, serve_to_exit};
 use snowmint::clock::SystemClock;
-use snowmint::proto::{BatchIdsRequest, NextIdRequest};
+use snowmint::proto::id_service_server::{IdService, IdServiceServer};
+use snowmint::proto::{
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse,
+};
+use tonic::{Request, Response, Status};
 
 /// Runs `serve` with `args` and returns its error line, asserting it failed at once.
 fn serve_error(args: &[&str]) -> String {
@@ -182,4 +186,68 @@ async fn serve_mints_and_stops_on_any_number_of_threads() {
         let status = server.wait(Duration::from_secs(10)).await;
         assert!(status.success(), "--worker-threads {threads}: {status}");
     }
+}
+
+/// `bench` against `url` with `args`, expecting it to fail: its error line.
+async fn failed_bench(url: &str, args: &[&str]) -> String {
+    let args: Vec<String> = ["bench", "--addr", url].iter().chain(args).map(|s| s.to_string()).collect();
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_binary(&args)
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, 0, "bench succeeded: {out}{err}");
+    err.lines().last().unwrap_or_default().to_string()
+}
+
+/// A server that dies in the middle of a `bench` run fails the run: its figures would
+/// measure failed calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_fails_when_its_server_dies_mid_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let url = format!("http://{}", server.grpc);
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        server.signal("KILL");
+        server
+    });
+    let line = failed_bench(&url, &["--concurrency", "4", "--duration", "3"]).await;
+    assert!(line.starts_with("snowmint: ") && line.contains("calls failed (the first: "), "{line}");
+    assert!(!line.contains("duplicate"), "{line}");
+    drop(killer.await.unwrap());
+}
+
+/// A server that answers every NextId with the same ID.
+struct Repeating;
+
+#[tonic::async_trait]
+impl IdService for Repeating {
+    async fn next_id(&self, _: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
+        Ok(Response::new(NextIdResponse { id: 42 }))
+    }
+
+    async fn batch_ids(&self, _: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn decode(&self, _: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+/// Duplicate IDs fail a `bench` run, and it says how many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_fails_on_duplicate_ids() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IdServiceServer::new(Repeating))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let line = failed_bench(&url, &["--concurrency", "2", "--calls", "10"]).await;
+    assert_eq!(line, "snowmint: 9 duplicate IDs among 10");
+    server.abort();
 }
