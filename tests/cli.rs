@@ -251,3 +251,34 @@ async fn bench_fails_on_duplicate_ids() {
     assert_eq!(line, "snowmint: 9 duplicate IDs among 10");
     server.abort();
 }
+
+/// Every flag of every subcommand is in the README, in its subcommand's section, with the
+/// environment variable it reads: `serve`'s by the README's one rule, the others' by name.
+#[test]
+fn every_flag_of_every_subcommand_is_in_the_readme() {
+    use clap::CommandFactory;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let command = snowmint::cli::Cli::command();
+    for subcommand in command.get_subcommands() {
+        let name = subcommand.get_name();
+        let heading = format!("### `snowmint {name}");
+        let start = readme.find(&heading).unwrap_or_else(|| panic!("the README has no section {heading}`"));
+        let section = &readme[start..];
+        let section = &section[..section[heading.len()..].find("\n#").map_or(section.len(), |i| i + heading.len())];
+        for arg in subcommand.get_arguments().filter(|arg| arg.get_id() != "help") {
+            let Some(long) = arg.get_long() else {
+                let positional = format!("<{}>", arg.get_id().as_str().to_uppercase());
+                assert!(section.contains(&positional), "{name}: {positional} is not in its README section");
+                continue;
+            };
+            let flag = format!("`--{long}`");
+            assert!(section.contains(&flag), "{name}: {flag} is not in its README section");
+            let Some(env) = arg.get_env().map(|env| env.to_string_lossy().into_owned()) else { continue };
+            if name == "serve" {
+                assert_eq!(env, format!("SNOWMINT_{}", long.to_uppercase().replace('-', "_")), "serve --{long}");
+            } else {
+                assert!(section.contains(&env), "{name}: {env} (of --{long}) is not in its README section");
+            }
+        }
+    }
+}
