@@ -129,3 +129,22 @@ async fn shutdown_grace_bounds_a_stuck_client() {
     assert!(process.wait(Duration::from_secs(10)).await.success());
     assert!(start.elapsed() < Duration::from_secs(3), "shutdown took {:?}", start.elapsed());
 }
+
+/// `--accept-missing-state` after a deliberate reset says so in its log line, rather than
+/// calling it a first start.
+#[tokio::test]
+async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let mut first = Process::serve(&["--state-dir", state_dir]);
+    first.wait_for_log("first start for this worker", Duration::from_secs(5)).await;
+    first.signal("TERM");
+    assert!(first.wait(Duration::from_secs(10)).await.success());
+
+    std::fs::remove_file(dir.path().join("worker-0.json")).unwrap();
+    let mut reset = Process::serve(&["--state-dir", state_dir, "--accept-missing-state"]);
+    let logs = reset.wait_for_log("standalone worker ready", Duration::from_secs(5)).await.join("\n");
+    assert!(logs.contains("state file missing; start accepted deliberately (--accept-missing-state)"), "{logs}");
+    assert!(!logs.contains("first start"), "{logs}");
+    next_id_eventually(&mut reset.client().await, Duration::from_secs(5)).await;
+}

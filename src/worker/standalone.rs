@@ -172,6 +172,10 @@ pub async fn start(
             });
         }
         Some(saved) => Some(saved.reserved_until_ms),
+        None if config.accept_missing_state => {
+            tracing::warn!(path = %file.path().display(), "state file missing; start accepted deliberately (--accept-missing-state): minting follows the clock, with no saved reservation to stay above");
+            None
+        }
         None => {
             tracing::warn!(path = %file.path().display(), "no state file: first start for this worker in this state dir");
             None

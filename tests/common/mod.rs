@@ -151,6 +151,8 @@ pub struct Process {
     pub admin: SocketAddr,
     /// Log lines after the listening line, as they arrive.
     pub logs: mpsc::Receiver<String>,
+    /// Log lines before the listening line, not yet drained.
+    early: Vec<String>,
 }
 
 pub fn binary() -> PathBuf {
@@ -194,7 +196,13 @@ impl Process {
             if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line)
                 && let (Some(grpc), Some(admin)) = (json["grpc_addr"].as_str(), json["admin_addr"].as_str())
             {
-                return Process { grpc: grpc.parse().unwrap(), admin: admin.parse().unwrap(), child, logs };
+                return Process {
+                    grpc: grpc.parse().unwrap(),
+                    admin: admin.parse().unwrap(),
+                    child,
+                    logs,
+                    early: seen,
+                };
             }
             seen.push(line);
         }
@@ -222,9 +230,25 @@ impl Process {
         }
     }
 
-    /// Log lines received so far.
-    pub fn drain_logs(&self) -> Vec<String> {
-        self.logs.try_iter().collect()
+    /// Log lines received so far and not drained before, those before the listening line
+    /// included.
+    pub fn drain_logs(&mut self) -> Vec<String> {
+        let mut lines = std::mem::take(&mut self.early);
+        lines.extend(self.logs.try_iter());
+        lines
+    }
+
+    /// Waits, at most `limit`, for a log line containing `needle`; the lines drained up to
+    /// and with it.
+    pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> Vec<String> {
+        let start = std::time::Instant::now();
+        let mut lines = self.drain_logs();
+        while !lines.iter().any(|line| line.contains(needle)) {
+            assert!(start.elapsed() < limit, "no log line with {needle:?} within {limit:?}:\n{}", lines.join("\n"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lines.extend(self.drain_logs());
+        }
+        lines
     }
 
     pub async fn client(&self) -> IdServiceClient<Channel> {
