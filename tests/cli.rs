@@ -55,15 +55,15 @@ fn bad_configuration_exits_with_one_clear_line() {
     }
     // Environment variables are read too, and checked the same way.
     let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::binary())
+    let mut command = std::process::Command::new(common::binary());
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .arg("--state-dir")
         .arg(dir.path())
-        .env("SNOWMINT_WORKER_ID", "5000")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--worker-id 5000"));
+        .env("SNOWMINT_WORKER_ID", "5000");
+    let output = common::output_within(command, common::EXIT_LIMIT);
+    assert_ne!(output.code, 0);
+    assert!(output.stderr.contains("--worker-id 5000"), "{}", output.stderr);
     // `decode` reads its own layout from the same flags, and says the same.
     let (code, _, err) = run_binary(&["decode", "12", "--worker-bits", "40"]);
     assert_ne!(code, 0);
@@ -176,7 +176,7 @@ async fn serve_mints_and_stops_on_any_number_of_threads() {
         }
         let mut all = Vec::new();
         for caller in callers {
-            let ids = caller.await.unwrap();
+            let ids = common::join_within(caller, Duration::from_secs(60), "a caller").await;
             assert_increasing(&ids);
             all.extend(ids);
         }

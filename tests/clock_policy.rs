@@ -47,7 +47,7 @@ async fn small_step_back_is_waited_out() {
     assert_eq!(wait_ready(&server, 200).await, "ready\n", "a small step back keeps the server ready");
 
     clock.step_wall(4);
-    let second = call.await.unwrap().unwrap().into_inner().id;
+    let second = common::join_within(call, Duration::from_secs(5), "the waiting call").await.unwrap().into_inner().id;
     assert!(second > first);
     assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="waited"}"#).await, 1.0);
     assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await, 0.0);
@@ -115,7 +115,7 @@ async fn exhausted_sequence_waits_for_the_next_tick() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!call.is_finished(), "the batch waits for the next tick");
     clock.advance(Duration::from_millis(1));
-    let ids = call.await.unwrap().unwrap().into_inner().ids;
+    let ids = common::join_within(call, Duration::from_secs(5), "the batch").await.unwrap().into_inner().ids;
     assert_eq!(ids.len(), 5_000);
     assert_increasing(&ids);
     let layout = Layout::default_snowmint();

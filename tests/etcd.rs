@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::etcd::{EtcdCluster, get};
-use common::{Process, assert_increasing, assert_unique, hammer, metric_value, next_id_eventually, serve_to_exit};
+use common::{
+    Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serve_to_exit,
+};
 use snowmint::layout::Layout;
 use snowmint::proto::BatchIdsRequest;
 
@@ -132,7 +134,7 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
 
     let mut all = Vec::new();
     for (i, task) in hammers.into_iter().enumerate() {
-        let log = task.await.unwrap();
+        let log = join_within(task, Duration::from_secs(10), "a hammer").await;
         // Fenced within the TTL (3 s): no call started later than that got an ID while
         // etcd was paused.
         let last_ok = log.last_ok_started_before(resumed).expect("minted before the pause");
@@ -198,7 +200,7 @@ async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
         tokio::time::sleep(Duration::from_secs(8)).await;
         stop.store(true, Ordering::Relaxed);
         for task in hammers {
-            let log = task.await.unwrap();
+            let log = join_within(task, Duration::from_secs(10), "a hammer").await;
             assert_minting_went_on(&log, killed, victim);
             assert_increasing(&log.ids);
             all.extend(log.ids);
@@ -321,15 +323,15 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     assert_ne!(code, 0, "there is no password flag");
     assert!(stderr.contains("--etcd-password"), "{stderr}");
 
-    let output = std::process::Command::new(common::binary())
+    let mut command = std::process::Command::new(common::binary());
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(base)
         .args(["--etcd-user", "root"])
-        .env("SNOWMINT_ETCD_PASSWORD", "wrong")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .env("SNOWMINT_ETCD_PASSWORD", "wrong");
+    let output = common::output_within(command, common::EXIT_LIMIT);
+    assert_ne!(output.code, 0);
+    let stderr = output.stderr;
     assert!(stderr.lines().last().unwrap().contains("authentication failed"), "{stderr}");
     assert!(!stderr.contains("wrong"), "{stderr}");
 }

@@ -138,6 +138,8 @@ async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
     let state_dir = dir.path().to_str().unwrap();
     let mut first = Process::serve(&["--state-dir", state_dir]);
     first.wait_for_log("first start for this worker", Duration::from_secs(5)).await;
+    // Minting, so the signal handlers are in place: a SIGTERM before them kills at once.
+    next_id_eventually(&mut first.client().await, Duration::from_secs(5)).await;
     first.signal("TERM");
     assert!(first.wait(Duration::from_secs(10)).await.success());
 

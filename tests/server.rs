@@ -48,7 +48,7 @@ async fn hundred_thousand_ids_from_sixteen_callers_are_unique_and_increasing_per
     }
     let mut all = Vec::new();
     for task in tasks {
-        let ids = task.await.unwrap();
+        let ids = common::join_within(task, Duration::from_secs(60), "a caller").await;
         assert_eq!(ids.len(), PER_CALLER);
         assert_increasing(&ids);
         all.extend(ids);
@@ -111,7 +111,7 @@ async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
 #[tokio::test]
 async fn health_reflection_and_admin_endpoints() {
     let (server, _dir) = start().await;
-    let channel = tonic::transport::Endpoint::from_shared(server.url()).unwrap().connect().await.unwrap();
+    let channel = common::channel(server.grpc).await;
     let mut health = HealthClient::new(channel.clone());
     // The minter reports serving as soon as it has a worker and a reservation.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -273,7 +273,7 @@ async fn raw_call<M: prost::Message + Default + Send + Sync + 'static>(
     path: &'static str,
     message: M,
 ) -> tonic::Status {
-    let channel = tonic::transport::Endpoint::from_shared(server.url()).unwrap().connect().await.unwrap();
+    let channel = common::channel(server.grpc).await;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let codec = tonic_prost::ProstCodec::<M, DecodeResponse>::default();

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::etcd::EtcdCluster;
-use super::{HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value};
+use super::{
+    EXIT_LIMIT, HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value, output_within,
+};
 use snowmint::layout::Layout;
 
 /// libfaketime's multi-threaded library, from Debian's `faketime`.
@@ -119,12 +121,13 @@ impl Node {
         self.process = Some(process);
     }
 
-    /// Runs the binary with this node's arguments to completion: (exit code, stderr).
+    /// Runs the binary with this node's arguments to completion, at most [`EXIT_LIMIT`]:
+    /// (exit code, stderr).
     pub fn run_to_exit(&self, extra: &[&str]) -> (i32, String) {
         let mut command = self.command();
         command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(self.args(extra));
-        let output = command.output().unwrap();
-        (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+        let output = output_within(command, EXIT_LIMIT);
+        (output.code, output.stderr)
     }
 
     /// Stops the hammer and keeps its log.

@@ -1,8 +1,13 @@
 //! Helpers shared by the integration tests: an in-process server on `127.0.0.1:0` with an
 //! injectable clock, the real binary as a child process, and gRPC clients.
+//!
+//! Nothing here waits without a limit: every call made through these clients has a
+//! deadline, every task and child process is awaited with a timeout, and children die with
+//! the test (see [`child`]). A bug that makes something hang fails its test.
 
 #![allow(dead_code)]
 
+pub mod child;
 pub mod etcd;
 pub mod fleet;
 pub mod tls;
@@ -10,7 +15,7 @@ pub mod tls;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -23,6 +28,26 @@ use snowmint::worker::standalone::StandaloneConfig;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+
+pub use child::{Child, Output, output_within};
+
+/// The longest any call of a test's client may take: far beyond any call's expected time,
+/// so reaching it means something hangs.
+pub const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// The longest a start that should fail may take to exit (an etcd start gives up after its
+/// `--etcd-start-timeout-ms`, which tests keep to a few seconds).
+pub const EXIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Awaits `task`, at most `limit`, and returns its output; a task that panicked or did not
+/// finish in time fails the test.
+pub async fn join_within<T>(task: tokio::task::JoinHandle<T>, limit: Duration, what: &str) -> T {
+    match tokio::time::timeout(limit, task).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => panic!("{what} failed: {e}"),
+        Err(_) => panic!("{what} did not finish within {limit:?}"),
+    }
+}
 
 /// The default server configuration for tests, with its state in `state_dir`.
 pub fn config(state_dir: &Path) -> ServeConfig {
@@ -95,9 +120,21 @@ impl TestServer {
     }
 }
 
-/// A gRPC client for `addr`, connected at once.
+/// A channel to `addr`, connected at once, on which no call takes longer than
+/// [`CALL_LIMIT`].
+pub async fn channel(addr: SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(CALL_LIMIT)
+        .timeout(CALL_LIMIT)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A gRPC client for `addr`, connected at once; no call takes longer than [`CALL_LIMIT`].
 pub async fn client(addr: SocketAddr) -> IdServiceClient<Channel> {
-    IdServiceClient::connect(format!("http://{addr}")).await.expect("connect")
+    IdServiceClient::new(channel(addr).await)
 }
 
 /// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
@@ -105,14 +142,21 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     try_http_get(addr, path).await.unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
 }
 
-/// Like [`http_get`], with connection errors returned.
+/// Like [`http_get`], with connection errors (and a server silent for [`CALL_LIMIT`])
+/// returned.
 pub async fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(CALL_LIMIT, exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {CALL_LIMIT:?}")))??;
     let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((status, body))
@@ -144,7 +188,8 @@ pub fn assert_increasing(ids: &[u64]) {
     }
 }
 
-/// The snowmint binary, run as a child process with JSON logs. Killed when dropped.
+/// The snowmint binary, run as a child process with JSON logs. Killed when dropped, or when
+/// the test binary dies.
 pub struct Process {
     pub child: Child,
     pub grpc: SocketAddr,
@@ -173,8 +218,8 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn snowmint");
-        let stderr = child.stderr.take().unwrap();
+        let mut child = Child::spawn(command).expect("spawn snowmint");
+        let stderr = child.stderr().unwrap();
         let (tx, logs) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -188,8 +233,7 @@ impl Process {
             let line = match logs.recv_timeout(Duration::from_secs(30)) {
                 Ok(line) => line,
                 Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    child.kill();
                     panic!("snowmint did not start; output:\n{}", seen.join("\n"));
                 }
             };
@@ -212,9 +256,9 @@ impl Process {
         self.child.id() as i32
     }
 
+    /// Sends the signal named as `kill -s` takes it (`TERM`, `KILL`, `STOP`, ...).
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args(["-s", signal, &self.pid().to_string()]).status().unwrap();
-        assert!(status.success(), "kill -s {signal}");
+        self.child.signal(child::signal_number(signal));
     }
 
     /// Waits for the process to exit, at most `limit`; its exit status. Async, so the
@@ -222,7 +266,7 @@ impl Process {
     pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
         let start = std::time::Instant::now();
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.child.try_wait() {
                 return status;
             }
             assert!(start.elapsed() < limit, "process did not exit within {limit:?}");
@@ -256,30 +300,27 @@ impl Process {
     }
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs the binary with `args` to completion: (exit code, stdout, stderr).
+/// Runs the binary with `args` to completion, at most [`EXIT_LIMIT`]: (exit code, stdout,
+/// stderr).
 pub fn run_binary(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(binary()).args(args).stdin(Stdio::null()).output().expect("run snowmint");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let mut command = Command::new(binary());
+    command.args(args);
+    let Output { code, stdout, stderr } = output_within(command, EXIT_LIMIT);
+    (code, stdout, stderr)
 }
 
 /// Runs `snowmint serve` on loopback ports with `args`, expecting it to exit (a start that
-/// fails): (exit code, stderr).
-pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
-    let mut full = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
-    full.extend_from_slice(args);
-    let (code, _, stderr) = run_binary(&full);
+/// fails) within `limit`: (exit code, stderr). A start that runs instead fails the test.
+pub fn serve_to_exit_within(args: &[&str], limit: Duration) -> (i32, String) {
+    let mut command = Command::new(binary());
+    command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(args);
+    let Output { code, stderr, .. } = output_within(command, limit);
     (code, stderr)
+}
+
+/// [`serve_to_exit_within`] [`EXIT_LIMIT`].
+pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
+    serve_to_exit_within(args, EXIT_LIMIT)
 }
 
 /// Calls NextId until it succeeds, at most `limit`; every UNAVAILABLE on the way is allowed.
@@ -328,6 +369,7 @@ pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tok
     let log = Arc::new(std::sync::Mutex::new(HammerLog::default()));
     let task = hammer_into(addr, stop, log.clone(), Duration::ZERO);
     tokio::spawn(async move {
+        // A hammer's calls end within their 500 ms deadline; once stopped, it ends after one.
         task.await.unwrap();
         std::mem::take(&mut *log.lock().unwrap())
     })
