@@ -1,5 +1,9 @@
 //! etcd mode against a real etcd (one node, or three members on loopback), with the real
 //! binary. Every test collects every ID it was given and asserts there is no duplicate.
+//!
+//! The tests run one at a time ([`serial`]): their timing bounds (fenced within the TTL,
+//! minting again within seconds of a member's death) assume the two cores are not also
+//! running another test's cluster.
 
 mod common;
 
@@ -9,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::etcd::{EtcdCluster, get};
 use common::{
-    Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serve_to_exit,
+    Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serial,
+    serve_to_exit,
 };
 use snowmint::layout::Layout;
 use snowmint::proto::BatchIdsRequest;
@@ -47,13 +52,18 @@ async fn reservation(client: &mut etcd_client::Client, prefix: &str, id: u64) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_started_at_once_get_distinct_workers() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let endpoints = cluster.endpoints();
+    // Every instance prefers slot 0, whatever this host's name: without the flag the
+    // preference is the host name's ordinal (7 on a host named ci-7), and the lowest free
+    // slots would not be the ones taken.
     let starts: Vec<_> = (0..6)
         .map(|_| {
             let endpoints = endpoints.clone();
             std::thread::spawn(move || {
-                Process::serve(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/many", "--lease-ttl", "3"])
+                let args = ["--etcd-endpoints", &endpoints, "--etcd-prefix", "/many", "--lease-ttl", "3"];
+                Process::serve(&[&args[..], &["--preferred-worker-id", "0"]].concat())
             })
         })
         .collect();
@@ -79,6 +89,7 @@ async fn instances_started_at_once_get_distinct_workers() {
 
 #[tokio::test]
 async fn a_killed_instances_slot_is_reused_only_after_its_lease_and_past_its_reservation() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let mut etcd = cluster.client().await;
     let a = serve(&cluster, "/killed", &["--preferred-worker-id", "7"]);
@@ -112,6 +123,7 @@ async fn a_killed_instances_slot_is_reused_only_after_its_lease_and_past_its_res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(3).await;
     // Reservations reach 6 s ahead: past the TTL, so what fences minting here is the lease
     // deadline, not the reservation running out.
@@ -182,6 +194,7 @@ fn assert_minting_went_on(log: &common::HammerLog, killed: Instant, what: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
+    let _serial = serial().await;
     let mut cluster = EtcdCluster::start(3).await;
     let instances: Vec<Process> = (0..2).map(|_| serve(&cluster, "/leader", &[])).collect();
     for instance in &instances {
@@ -219,6 +232,7 @@ async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
 
 #[tokio::test]
 async fn every_slot_taken_exits_with_a_clear_line() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let a = serve(&cluster, "/full", &["--worker-bits", "1"]);
     let b = serve(&cluster, "/full", &["--worker-bits", "1"]);
@@ -235,6 +249,7 @@ async fn every_slot_taken_exits_with_a_clear_line() {
 
 #[tokio::test]
 async fn a_different_layout_is_refused() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let a = serve(&cluster, "/layout", &[]);
     let ids = mint(&a, 10).await;
@@ -250,6 +265,7 @@ async fn a_different_layout_is_refused() {
 
 #[tokio::test]
 async fn sigterm_frees_the_slot_at_once() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let mut etcd = cluster.client().await;
     let started = Instant::now();
@@ -276,6 +292,7 @@ async fn sigterm_frees_the_slot_at_once() {
 
 #[tokio::test]
 async fn tls_with_client_certificates() {
+    let _serial = serial().await;
     let dir = tempfile::tempdir().unwrap();
     let ca = common::tls::TestCa::new(dir.path(), "etcd-ca");
     let server = ca.issue("etcd-server");
@@ -297,6 +314,7 @@ async fn tls_with_client_certificates() {
 
 #[tokio::test]
 async fn user_authentication_with_the_password_from_the_environment_only() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let mut etcd = cluster.client().await;
     etcd.user_add("root", "s3cret-root", None).await.unwrap();

@@ -49,6 +49,13 @@ pub async fn join_within<T>(task: tokio::task::JoinHandle<T>, limit: Duration, w
     }
 }
 
+/// The test of a file that serializes its tests holds this while it runs: their timing
+/// bounds assume the machine is not also running another test's cluster or fleet.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 /// The default server configuration for tests, with its state in `state_dir`.
 pub fn config(state_dir: &Path) -> ServeConfig {
     let layout = Layout::default_snowmint();
