@@ -432,3 +432,42 @@ pub fn hammer_into(
         }
     })
 }
+
+/// Calls the unary method at `path` with an empty request message over a bare HTTP/2
+/// connection, telling the server the deadline `grpc_timeout` (e.g. `150m`) without
+/// enforcing it here, unlike a tonic client: the outcome and its timing are the server's
+/// alone. Returns the call's code and message.
+pub async fn call_with_unenforced_deadline(addr: SocketAddr, path: &str, grpc_timeout: &str) -> (tonic::Code, String) {
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+        tokio::spawn(connection);
+        let mut h2 = h2.ready().await.expect("HTTP/2 ready");
+        let request = tonic::codegen::http::Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("grpc-timeout", grpc_timeout)
+            .body(())
+            .unwrap();
+        let (response, mut send) = h2.send_request(request, false).expect("send the request");
+        // A gRPC frame holding an empty message: not compressed, 0 bytes long.
+        send.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0, 0, 0]), true).expect("send the message");
+        let response = response.await.expect("response headers");
+        let status_of = |headers: &tonic::codegen::http::HeaderMap| {
+            let code = headers.get("grpc-status").map(|v| tonic::Code::from_bytes(v.as_bytes()))?;
+            let message = headers.get("grpc-message").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            Some((code, message.unwrap_or_default()))
+        };
+        if let Some(status) = status_of(response.headers()) {
+            return status;
+        }
+        let mut body = response.into_body();
+        while let Some(data) = body.data().await {
+            let data = data.expect("response body");
+            let _ = body.flow_control().release_capacity(data.len());
+        }
+        let trailers = body.trailers().await.expect("trailers").expect("trailers with the status");
+        status_of(&trailers).expect("a grpc-status in the trailers")
+    };
+    tokio::time::timeout(CALL_LIMIT, exchange).await.expect("the server answers")
+}
