@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Process, TestServer, assert_increasing, assert_unique, config, next_id_eventually, serve_to_exit};
+use common::{Process, TestServer, assert_increasing, config, next_id_eventually, serve_to_exit};
 use snowmint::clock::{Clock, ManualClock, SystemClock};
 
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
@@ -57,14 +57,12 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     assert!(status.success(), "SIGTERM exit: {status:?}");
     let logs = process.drain_logs().join("\n");
     assert!(logs.contains("final reservation saved"), "{logs}");
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("worker-9.json")).unwrap()).unwrap();
     let layout = snowmint::layout::Layout::default_snowmint();
     let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
-    assert_eq!(saved["reserved_until_ms"].as_i64().unwrap(), last_ms, "the final reservation is the last tick used");
+    assert_eq!(saved_reservation(dir.path(), 9), last_ms, "the final reservation is the last tick used");
 
     // A graceful restart mints at once, past everything before.
-    let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
     let mut client = process.client().await;
     let start = std::time::Instant::now();
     let id = next_id_eventually(&mut client, Duration::from_secs(5)).await;
@@ -72,15 +70,30 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     all.push(id);
     all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
 
-    // kill -9: the reservation on disk reaches ahead of the clock; the restart waits it out.
+    // kill -9: the reservation on disk reaches ahead of the clock, past the last ID; the
+    // restart mints only above it.
     process.signal("KILL");
+    process.wait(Duration::from_secs(5)).await;
     drop(process);
+    let reserved = saved_reservation(dir.path(), 9);
+    let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
+    assert!(reserved > last_ms, "the killed run's reservation {reserved} does not reach past its last ID ({last_ms})");
     let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
     let mut client = process.client().await;
-    all.push(next_id_eventually(&mut client, Duration::from_secs(10)).await);
+    let first = next_id_eventually(&mut client, Duration::from_secs(10)).await;
+    let first_ms = layout.tick_start_ms(layout.unpack(first).tick);
+    assert!(first_ms > reserved, "the restart after kill -9 minted at {first_ms}, inside the reservation {reserved}");
+    all.push(first);
     all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    // One worker across three runs: increasing throughout, so never an ID twice.
     assert_increasing(&all);
-    assert_unique(&all);
+}
+
+/// The `reserved_until_ms` of worker `worker_id`'s state file in `dir`.
+fn saved_reservation(dir: &std::path::Path, worker_id: u32) -> i64 {
+    let path = dir.join(format!("worker-{worker_id}.json"));
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    saved["reserved_until_ms"].as_i64().unwrap()
 }
 
 #[test]
