@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::EXIT_LIMIT;
 use common::etcd::{EtcdCluster, get};
 use common::{
     Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serial,
@@ -19,6 +20,9 @@ use common::{
 };
 use snowmint::layout::Layout;
 use snowmint::proto::BatchIdsRequest;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 fn layout() -> Layout {
     Layout::default_snowmint()
@@ -137,7 +141,12 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
 
     let paused = Instant::now();
     cluster.pause_all();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Fenced by the lease deadline, each instance says so everywhere an operator or a load
+    // balancer looks, before etcd comes back.
+    for instance in &instances {
+        wait_until_fenced(instance, paused + Duration::from_secs(5)).await;
+    }
+    tokio::time::sleep_until((paused + Duration::from_secs(5)).into()).await;
     cluster.resume_all();
     let resumed = Instant::now();
     tokio::time::sleep(Duration::from_secs(8)).await;
@@ -175,7 +184,54 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
         let metrics = common::http_get(instance.admin, "/metrics").await.1;
         assert!(metric_value(&metrics, r#"snowmint_lease_renewals_total{result="failed"}"#) >= 1.0);
         assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
+        assert_eq!(health(instance).await, [ServingStatus::Serving; 2]);
     }
+}
+
+/// The gRPC health of `instance`, overall and of the ID service.
+async fn health(instance: &Process) -> [ServingStatus; 2] {
+    let mut client = HealthClient::new(common::channel(instance.grpc).await);
+    let mut statuses = [ServingStatus::Unknown; 2];
+    for (status, service) in statuses.iter_mut().zip(["", "snowmint.v1.IdService"]) {
+        let response = client.check(HealthCheckRequest { service: service.into() }).await.unwrap();
+        *status = response.into_inner().status();
+    }
+    statuses
+}
+
+/// Waits, at most until `limit`, for `instance` to report itself fenced: gRPC health
+/// `NOT_SERVING`, `/readyz` 503, `snowmint_lease_valid 0` and `snowmint_minting 0`.
+async fn wait_until_fenced(instance: &Process, limit: Instant) {
+    loop {
+        let metrics = common::http_get(instance.admin, "/metrics").await.1;
+        let seen = (
+            health(instance).await,
+            instance.admin_ready().await,
+            metric_value(&metrics, "snowmint_lease_valid"),
+            metric_value(&metrics, "snowmint_minting"),
+        );
+        if seen == ([ServingStatus::NotServing; 2], 503, 0.0, 0.0) {
+            return;
+        }
+        assert!(Instant::now() < limit, "not reported fenced (health, readyz, lease_valid, minting): {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// etcd unreachable at start: the start retries for --etcd-start-timeout-ms, then exits
+/// non-zero with one line naming the endpoint.
+#[test]
+fn an_unreachable_etcd_stops_the_start_naming_the_endpoint() {
+    let endpoint = format!("http://127.0.0.1:{}", common::etcd::free_port());
+    let start = Instant::now();
+    let (code, stderr) =
+        common::serve_to_exit_within(&["--etcd-endpoints", &endpoint, "--etcd-start-timeout-ms", "1500"], EXIT_LIMIT);
+    let took = start.elapsed();
+    assert_ne!(code, 0, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("snowmint: ") && last.contains("cannot reach etcd"), "{stderr}");
+    assert!(last.contains(&endpoint), "the endpoint is not named: {last}");
+    assert!(took >= Duration::from_secs(1), "gave up after {took:?}, before its 1.5 s start timeout");
 }
 
 /// Asserts minting went on after a member died at `killed`: in every second from the first

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::{Process, TestServer, assert_increasing, config, next_id_eventually, serve_to_exit};
 use snowmint::clock::{Clock, ManualClock, SystemClock};
+use snowmint::layout::Layout;
 
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
 
@@ -162,4 +163,109 @@ async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
     assert!(logs.contains("state file missing; start accepted deliberately (--accept-missing-state)"), "{logs}");
     assert!(!logs.contains("first start"), "{logs}");
     next_id_eventually(&mut reset.client().await, Duration::from_secs(5)).await;
+}
+
+/// A reservation that cannot be written (the README's full or read-only disk): minting goes
+/// on inside the reservation already on disk, never past it, then refuses with UNAVAILABLE;
+/// the failure is logged and counted, and minting resumes once writes work again.
+///
+/// Every write of the state file goes through `worker-<id>.json.tmp`; a directory in its
+/// place makes each write fail, as a full or read-only disk would. Unlike a read-only mode
+/// bit, it stops root too, and it needs no mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until_writes_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let mut process = Process::serve(&["--state-dir", state_dir, "--reservation-window-ms", "1000"]);
+    let mut client = process.client().await;
+    let before = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+
+    // A write under way when the directory appears holds the temp file: try until it is
+    // free, after which no write can land.
+    let blocker = dir.path().join("worker-0.json.tmp");
+    let start = std::time::Instant::now();
+    while let Err(e) = std::fs::create_dir(&blocker) {
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5), "the temp file never went away");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reserved = saved_reservation(dir.path(), 0);
+    let blocked = std::time::Instant::now();
+
+    let layout = snowmint::layout::Layout::default_snowmint();
+    let mut minted = Vec::new();
+    let refusal = loop {
+        assert!(blocked.elapsed() < Duration::from_secs(5), "still minting 5 s after writes stopped working");
+        match client.next_id(NextIdRequest {}).await {
+            Ok(response) => minted.push(response.into_inner().id),
+            Err(status) => break status,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
+    assert!(refusal.message().contains("reservation"), "{}", refusal.message());
+    assert!(!minted.is_empty(), "nothing minted inside the reservation on disk");
+    for &id in &minted {
+        let ms = layout.tick_end_ms(layout.unpack(id).tick);
+        assert!(ms <= reserved, "minted at {ms}, past the reservation on disk ({reserved})");
+    }
+    process.wait_for_log("reservation write failed", Duration::from_secs(5)).await;
+    let failed = common::metric_value(
+        &common::http_get(process.admin, "/metrics").await.1,
+        r#"snowmint_reservation_writes_total{result="failed"}"#,
+    );
+    assert!(failed >= 1.0, "failed writes not counted");
+    let start = std::time::Instant::now();
+    while process.admin_ready().await != 503 {
+        assert!(start.elapsed() < Duration::from_secs(2), "still ready 2 s after minting refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    std::fs::remove_dir(&blocker).unwrap();
+    let after = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    process.wait_for_log("reservation writes work again", Duration::from_secs(5)).await;
+    minted.insert(0, before);
+    minted.push(after);
+    assert_increasing(&minted);
+}
+
+/// On SIGTERM the calls in flight finish with their IDs, the process exits 0, and the final
+/// reservation covers every ID they got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_at_sigterm_finish_and_the_final_reservation_covers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 IDs a millisecond: eight batches of 4,000 take half a second of ticks, so they are
+    // still in flight when the signal comes. A generous --max-wait-ms keeps a slow machine
+    // from refusing them for taking long.
+    let args = ["--state-dir", dir.path().to_str().unwrap(), "--sequence-bits", "6", "--max-wait-ms", "5000"];
+    let mut process = Process::serve(&args);
+    let mut client = process.client().await;
+    next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let ids = client.batch_ids(BatchIdsRequest { count: 4_000 }).await.map(|r| r.into_inner().ids);
+                (ids, std::time::Instant::now())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let signalled = std::time::Instant::now();
+    process.signal("TERM");
+    let mut all = Vec::new();
+    let mut in_flight = 0;
+    for caller in callers {
+        let (ids, done) = common::join_within(caller, Duration::from_secs(10), "a call in flight").await;
+        let ids = ids.unwrap_or_else(|status| panic!("a call in flight at SIGTERM failed: {status:?}"));
+        assert_eq!(ids.len(), 4_000);
+        in_flight += usize::from(done > signalled);
+        all.extend(ids);
+    }
+    assert!(in_flight > 0, "every call had finished before the signal; nothing was in flight");
+    let status = process.wait(Duration::from_secs(10)).await;
+    assert!(status.success(), "SIGTERM exit: {status:?}");
+    let layout = Layout::snowmint(snowmint::layout::DEFAULT_EPOCH_MS, 10, 6);
+    let last_ms = all.iter().map(|&id| layout.tick_end_ms(layout.unpack(id).tick)).max().unwrap();
+    assert!(saved_reservation(dir.path(), 0) >= last_ms, "the final reservation does not cover the last ID");
 }

@@ -305,6 +305,11 @@ impl Process {
     pub async fn client(&self) -> IdServiceClient<Channel> {
         client(self.grpc).await
     }
+
+    /// The status code of `/readyz`.
+    pub async fn admin_ready(&self) -> u16 {
+        http_get(self.admin, "/readyz").await.0
+    }
 }
 
 /// Runs the binary with `args` to completion, at most [`EXIT_LIMIT`]: (exit code, stdout,
