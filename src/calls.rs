@@ -60,6 +60,7 @@ impl<S, B, ResBody> Service<http::Request<B>> for Counted<S>
 where
     S: Service<http::Request<B>, Response = http::Response<ResBody>> + NamedService,
     S::Future: Unpin,
+    ResBody: Body,
 {
     type Response = http::Response<CountedBody<ResBody>>;
     type Error = S::Error;
@@ -112,6 +113,7 @@ pub struct CountedFuture<F> {
 impl<F, ResBody, E> Future for CountedFuture<F>
 where
     F: Future<Output = Result<http::Response<ResBody>, E>> + Unpin,
+    ResBody: Body,
 {
     type Output = Result<http::Response<CountedBody<ResBody>>, E>;
 
@@ -120,8 +122,12 @@ where
         let mut call = self.call.take();
         Poll::Ready(result.map(|response| {
             // A trailers-only response: the code is in the headers, and the body is empty.
-            if let (Some(code), Some(call)) = (status_in(response.headers()), &mut call) {
-                call.finish(code);
+            // Only an empty body is looked at, so an answer with a message (every call that
+            // succeeds) costs no header lookup here.
+            if let Some(call) = &mut call
+                && response.body().is_end_stream()
+            {
+                call.finish(status_in(response.headers()).unwrap_or(Code::Unknown));
             }
             response.map(|inner| CountedBody { inner, call: call.filter(|call| !call.done) })
         }))
