@@ -378,7 +378,7 @@ pub fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
     };
     let mut builder = match threads {
         // One thread: the single-threaded scheduler, which skips the work-stealing
-        // bookkeeping (4% fewer instructions per NextId call, measured with callgrind).
+        // bookkeeping that one thread has no use for.
         1 => tokio::runtime::Builder::new_current_thread(),
         0 => tokio::runtime::Builder::new_multi_thread(),
         n => {
