@@ -117,6 +117,13 @@ async fn exhausted_sequence_waits_for_the_next_tick() {
     // The clock is frozen: 5,000 IDs need two ticks of 4,096.
     let mut waiting = client.clone();
     let call = tokio::spawn(async move { waiting.batch_ids(BatchIdsRequest { count: 5_000 }).await });
+    // Once the minter has run out of the tick (however long the call took to reach it on
+    // a loaded machine), it waits as long as the clock stays: 100 ms here.
+    let start = Instant::now();
+    while server.metric("snowmint_sequence_exhausted_total").await < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "the sequence never ran out");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!call.is_finished(), "the batch waits for the next tick");
     clock.advance(Duration::from_millis(1));
