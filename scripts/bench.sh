@@ -87,8 +87,9 @@ start_server() {
 }
 
 # One worker thread: the load generators take the machine's other core, and Redis serves
-# from one thread too. On two shared cores a second worker only adds cross-core handoffs
-# (twice the CPU per call, measured).
+# from one thread too. On two shared cores a second worker only adds cross-core handoffs:
+# more instructions per call (scripts/count-instructions.sh --worker-threads 2 counts them;
+# the README has both counts), and the system time of the wake-ups on top.
 start_server --worker-threads 1
 
 # --- NextId with 64 calls in flight, Redis INCR and PostgreSQL nextval, in interleaved

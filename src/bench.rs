@@ -1,6 +1,8 @@
 //! `snowmint bench`: a load tool that drives NextId or BatchIds against a server at a set
 //! concurrency for a set duration or call count, reports calls/s, IDs/s and latency
-//! percentiles, and checks that every ID it received is unique.
+//! percentiles, and checks that every ID it received is unique. A run with a failed call or
+//! a duplicate ID is a failed run ([`Report::verdict`]): its figures measure something else
+//! than a server serving.
 
 use std::time::{Duration, Instant};
 
@@ -51,8 +53,12 @@ pub struct BenchArgs {
 /// What a run measured.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// Calls that succeeded.
     pub calls: u64,
+    /// Calls that failed.
     pub errors: u64,
+    /// What the first failed call got, when one failed.
+    pub first_error: Option<String>,
     pub ids: u64,
     pub duplicates: u64,
     pub elapsed: Duration,
@@ -69,11 +75,28 @@ impl Report {
     pub fn ids_per_second(&self) -> f64 {
         self.ids as f64 / self.elapsed.as_secs_f64()
     }
+
+    /// `Ok` for a clean run; otherwise the one line saying what went wrong: failed calls
+    /// (and the first one's error), duplicate IDs, or both.
+    pub fn verdict(&self) -> Result<(), String> {
+        let mut wrong = Vec::new();
+        if self.errors > 0 {
+            let first = self.first_error.as_deref().unwrap_or("unknown");
+            wrong.push(format!("{} of {} calls failed (the first: {first})", self.errors, self.calls + self.errors));
+        }
+        if self.duplicates > 0 {
+            wrong.push(format!("{} duplicate IDs among {}", self.duplicates, self.ids));
+        }
+        if wrong.is_empty() { Ok(()) } else { Err(wrong.join("; ")) }
+    }
 }
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "calls       {} in {:.2} s ({} errors)", self.calls, self.elapsed.as_secs_f64(), self.errors)?;
+        if let Some(error) = &self.first_error {
+            writeln!(f, "first error {error}")?;
+        }
         writeln!(f, "calls/s     {:.0}", self.calls_per_second())?;
         writeln!(f, "IDs/s       {:.0}", self.ids_per_second())?;
         writeln!(f, "latency     p50 {:?}  p99 {:?}  p999 {:?}", self.p50, self.p99, self.p999)?;
@@ -136,10 +159,12 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let mut ids = Vec::with_capacity(results.iter().map(|r| r.ids.len()).sum());
     let mut latencies = Vec::with_capacity(results.iter().map(|r| r.latencies.len()).sum());
     let mut errors = 0;
+    let mut first_error = None;
     for result in results {
         result.ids.drain_into(&mut ids);
         result.latencies.drain_into(&mut latencies);
         errors += result.errors;
+        first_error = first_error.or(result.first_error);
     }
     latencies.sort_unstable();
     let pct = |p: f64| {
@@ -151,6 +176,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     Ok(Report {
         calls: latencies.len() as u64,
         errors,
+        first_error,
         ids: total,
         duplicates: duplicates(&mut ids),
         elapsed,
@@ -209,6 +235,7 @@ struct Outcome {
     ids: Chunks,
     latencies: Chunks,
     errors: u64,
+    first_error: Option<String>,
 }
 
 /// What a worker calls.
@@ -229,7 +256,7 @@ struct Load {
 
 async fn worker(mut target: Target, load: Load) -> Outcome {
     use std::sync::atomic::Ordering;
-    let mut out = Outcome { ids: Chunks::default(), latencies: Chunks::default(), errors: 0 };
+    let mut out = Outcome { ids: Chunks::default(), latencies: Chunks::default(), errors: 0, first_error: None };
     let mut next_at = Instant::now();
     // One clock read per call: a call's end is the next one's start (a read costs tens of
     // nanoseconds, a good part of a buffered next_id()).
@@ -245,31 +272,68 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
             next_at += interval;
             start = Instant::now();
         }
-        let ok = match (&mut target, load.method) {
-            (Target::Buffered(client), _) => client.next_id().await.map(|id| out.ids.push(id)).is_ok(),
+        let result = match (&mut target, load.method) {
+            (Target::Buffered(client), _) => {
+                client.next_id().await.map(|id| out.ids.push(id)).map_err(|e| e.to_string())
+            }
             (Target::Server(client), Method::Batch) => client
                 .batch_ids(BatchIdsRequest { count: load.batch_size })
                 .await
                 .map(|r| out.ids.push_all(r.into_inner().ids))
-                .is_ok(),
-            (Target::Server(client), _) => {
-                client.next_id(NextIdRequest {}).await.map(|r| out.ids.push(r.into_inner().id)).is_ok()
-            }
+                .map_err(|s| status_line(&s)),
+            (Target::Server(client), _) => client
+                .next_id(NextIdRequest {})
+                .await
+                .map(|r| out.ids.push(r.into_inner().id))
+                .map_err(|s| status_line(&s)),
         };
         let end = Instant::now();
-        if ok {
-            out.latencies.push(end.duration_since(start).as_nanos() as u64);
-        } else {
-            out.errors += 1;
+        match result {
+            Ok(()) => out.latencies.push(end.duration_since(start).as_nanos() as u64),
+            Err(error) => {
+                out.errors += 1;
+                out.first_error.get_or_insert(error);
+            }
         }
         start = end;
     }
     out
 }
 
+/// A failed call's status as one line.
+fn status_line(status: &tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(errors: u64, duplicates: u64) -> Report {
+        Report {
+            calls: 90,
+            errors,
+            first_error: (errors > 0).then(|| "Unavailable: the server is shutting down".into()),
+            ids: 90,
+            duplicates,
+            elapsed: Duration::from_secs(1),
+            p50: Duration::ZERO,
+            p99: Duration::ZERO,
+            p999: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_run_with_failed_calls_or_duplicates_fails_and_says_which() {
+        assert_eq!(report(0, 0).verdict(), Ok(()));
+        assert_eq!(
+            report(10, 0).verdict().unwrap_err(),
+            "10 of 100 calls failed (the first: Unavailable: the server is shutting down)"
+        );
+        assert_eq!(report(0, 2).verdict().unwrap_err(), "2 duplicate IDs among 90");
+        let both = report(10, 2).verdict().unwrap_err();
+        assert!(both.contains("10 of 100 calls failed") && both.contains("2 duplicate IDs"), "{both}");
+    }
 
     #[test]
     fn duplicates_are_counted_once_per_repeat() {

@@ -69,6 +69,14 @@ pub struct Parts {
 /// The default epoch, 2026-01-01T00:00:00Z, in Unix milliseconds.
 pub const DEFAULT_EPOCH_MS: i64 = 1_767_225_600_000;
 
+/// The widths of the time field snowmint mints with. The three fields share the 63 bits
+/// below the sign bit.
+pub const TIME_BITS: std::ops::RangeInclusive<u8> = 20..=61;
+/// The widths of the worker field snowmint mints with.
+pub const WORKER_BITS: std::ops::RangeInclusive<u8> = 0..=20;
+/// The widths of the sequence field snowmint mints with.
+pub const SEQUENCE_BITS: std::ops::RangeInclusive<u8> = 1..=22;
+
 /// The names accepted by [`Layout::named`].
 pub const NAMED_LAYOUTS: [&str; 4] = ["twitter", "discord", "instagram", "sonyflake"];
 
@@ -136,13 +144,13 @@ impl Layout {
 
     /// Checks a layout that snowmint will mint with, at wall time `now_ms`.
     pub fn validate_for_minting(&self, now_ms: i64) -> Result<(), LayoutError> {
-        for (field, min, max, got) in [
-            ("time", 20, 61, self.time_bits),
-            ("worker", 0, 20, self.worker_bits),
-            ("sequence", 1, 22, self.sequence_bits),
+        for (field, range, got) in [
+            ("time", TIME_BITS, self.time_bits),
+            ("worker", WORKER_BITS, self.worker_bits),
+            ("sequence", SEQUENCE_BITS, self.sequence_bits),
         ] {
-            if got < min || got > max {
-                return Err(LayoutError::WidthOutOfRange { field, min, max, got });
+            if !range.contains(&got) {
+                return Err(LayoutError::WidthOutOfRange { field, min: *range.start(), max: *range.end(), got });
             }
         }
         let sum = u32::from(self.time_bits) + u32::from(self.worker_bits) + u32::from(self.sequence_bits);
@@ -341,9 +349,9 @@ mod tests {
     }
 
     fn valid_layout() -> impl Strategy<Value = Layout> {
-        (0u8..=20, 1u8..=22).prop_filter_map("time bits in range", |(w, s)| {
+        (WORKER_BITS, SEQUENCE_BITS).prop_filter_map("time bits in range", |(w, s)| {
             let layout = Layout::snowmint(0, w, s);
-            (20..=61).contains(&layout.time_bits).then_some(layout)
+            TIME_BITS.contains(&layout.time_bits).then_some(layout)
         })
     }
 

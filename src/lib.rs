@@ -10,8 +10,9 @@
 //!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
 //! - [`store`]: where slots are claimed and reservations kept (a state file, or etcd),
 //!   behind one small compare-and-set protocol.
-//! - [`service`], [`admin`], [`server`]: the gRPC service, the admin HTTP endpoint, and the
-//!   wiring with one shutdown token.
+//! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
+//!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
+//!   token.
 //! - [`metrics`]: every Prometheus metric. [`cli`]: the command line; [`bench`]: its load tool.
 //! - [`client`]: a Rust client with failover, coalescing and an optional local buffer.
 //!
@@ -20,6 +21,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod calls;
 pub mod cli;
 pub mod client;
 pub mod clock;

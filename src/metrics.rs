@@ -4,6 +4,7 @@
 //! zeros rather than gaps. A registry per [`Metrics`] (not the global one) lets tests run
 //! several servers in one process without their counters mixing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
@@ -11,12 +12,35 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-/// The RPC methods, as they appear in the `method` label.
+/// The RPC methods of the `IdService`, as they appear in the `method` label.
 pub const METHODS: [&str; 3] = ["NextId", "BatchIds", "Decode"];
 
-/// The gRPC codes a call can end with, as they appear in the `code` label.
-pub const CODES: [&str; 7] =
-    ["OK", "InvalidArgument", "Unavailable", "DeadlineExceeded", "Cancelled", "Internal", "ResourceExhausted"];
+/// The `method` label of a call to a method the `IdService` does not have. Such calls are
+/// counted (they are answered `UNIMPLEMENTED`), but under one label: a label per name a
+/// client sends would let any client grow the registry without bound.
+pub const OTHER_METHOD: &str = "other";
+
+/// Every gRPC code, as it appears in the `code` label, in the order of the codes' numbers
+/// (so `CODES[code as usize]` is the label of `code`).
+pub const CODES: [&str; 17] = [
+    "OK",
+    "Cancelled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
 
 /// The `result` label of store operations.
 pub const RESULT_OK: &str = "ok";
@@ -207,11 +231,8 @@ impl Metrics {
     }
 
     fn initialize_labels(&self) {
-        for method in METHODS {
-            self.request_duration.with_label_values(&[method]);
-            for code in CODES {
-                self.requests.with_label_values(&[method, code]);
-            }
+        for method in METHODS.into_iter().chain([OTHER_METHOD]) {
+            self.method(method);
         }
         for action in [ACTION_WAITED, ACTION_REFUSED] {
             self.clock_backward.with_label_values(&[action]);
@@ -224,13 +245,19 @@ impl Metrics {
         self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
     }
 
-    /// The metrics of one RPC method, with the series every call touches resolved once.
-    pub fn method(&self, method: &'static str) -> MethodMetrics {
+    /// The metrics of one RPC method, every series a call can touch resolved once.
+    pub fn method(&self, method: &str) -> MethodMetrics {
         MethodMetrics {
-            method,
-            ok: self.requests.with_label_values(&[method, "OK"]),
+            by_code: CODES.map(|code| self.requests.with_label_values(&[method, code])),
             duration: self.request_duration.with_label_values(&[method]),
-            requests: self.requests.clone(),
+        }
+    }
+
+    /// The metrics of every `IdService` method, for the layer that counts calls.
+    pub fn calls(&self) -> CallMetrics {
+        CallMetrics {
+            methods: METHODS.map(|method| Arc::new(self.method(method))),
+            other: Arc::new(self.method(OTHER_METHOD)),
         }
     }
 
@@ -243,54 +270,45 @@ impl Metrics {
 }
 
 /// One method's call metrics. Looking a labelled series up hashes its labels under a lock;
-/// the series of successful calls and of latency are looked up once, here, instead of on
-/// every call.
+/// here every series a call can touch (one per code, and the latency) is looked up once,
+/// instead of on every call.
 #[derive(Clone)]
 pub struct MethodMetrics {
-    method: &'static str,
-    ok: IntCounter,
+    /// `snowmint_requests_total` of this method, indexed by the code's number.
+    by_code: [IntCounter; CODES.len()],
     duration: Histogram,
-    requests: IntCounterVec,
 }
 
 impl MethodMetrics {
     /// Records one finished call.
     pub fn record(&self, code: tonic::Code, elapsed: Duration) {
-        match code {
-            tonic::Code::Ok => self.ok.inc(),
-            code => self.requests.with_label_values(&[self.method, code_label(code)]).inc(),
-        }
+        // Codes are numbered 0 to 16, as `CODES` is indexed; tonic maps any other number it
+        // reads to `Unknown`.
+        self.by_code[code as usize].inc();
         self.duration.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// The call metrics of every method of the `IdService`, and of calls to methods it does not
+/// have. Each behind an `Arc`, so a call in flight holds its method's metrics for one atomic
+/// increment.
+pub struct CallMetrics {
+    /// In the order of [`METHODS`].
+    methods: [Arc<MethodMetrics>; METHODS.len()],
+    other: Arc<MethodMetrics>,
+}
+
+impl CallMetrics {
+    /// The metrics of the method named `name` (as in the request path), or of
+    /// [`OTHER_METHOD`] for a name the service does not have.
+    pub fn of(&self, name: &str) -> &Arc<MethodMetrics> {
+        METHODS.iter().position(|&method| method == name).map_or(&self.other, |i| &self.methods[i])
     }
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
-    }
-}
-
-/// The `code` label for a gRPC code.
-pub fn code_label(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "Cancelled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -303,6 +321,9 @@ mod tests {
         let text = Metrics::new().render();
         for needle in [
             r#"snowmint_requests_total{code="Unavailable",method="NextId"} 0"#,
+            r#"snowmint_requests_total{code="OutOfRange",method="Decode"} 0"#,
+            r#"snowmint_requests_total{code="Unimplemented",method="other"} 0"#,
+            r#"snowmint_request_duration_seconds_count{method="other"} 0"#,
             r#"snowmint_clock_backward_total{action="refused"} 0"#,
             r#"snowmint_lease_renewals_total{result="failed"} 0"#,
             "snowmint_ids_issued_total 0",
@@ -311,5 +332,35 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
+    }
+
+    #[test]
+    fn code_labels_follow_the_code_numbers() {
+        for (number, label) in CODES.iter().enumerate() {
+            let code = tonic::Code::from_i32(number as i32);
+            assert_eq!(code as usize, number);
+            // tonic's name of the code, but for OK, spelt as gRPC spells it.
+            let name = if code == tonic::Code::Ok { "OK".to_string() } else { format!("{code:?}") };
+            assert_eq!(name, *label);
+        }
+    }
+
+    #[test]
+    fn every_method_of_the_service_has_its_own_label() {
+        use prost::Message;
+        let set = prost_types::FileDescriptorSet::decode(crate::proto::FILE_DESCRIPTOR_SET).unwrap();
+        let service = set
+            .file
+            .iter()
+            .flat_map(|file| &file.service)
+            .find(|service| service.name() == "IdService")
+            .expect("the IdService is in the descriptor set");
+        let methods: Vec<&str> = service.method.iter().map(|method| method.name()).collect();
+        assert_eq!(methods, METHODS, "METHODS lists the methods of the proto, in its order");
+        let calls = Metrics::new().calls();
+        for (i, method) in METHODS.iter().enumerate() {
+            assert!(Arc::ptr_eq(calls.of(method), &calls.methods[i]));
+        }
+        assert!(Arc::ptr_eq(calls.of("Mint"), &calls.other));
     }
 }

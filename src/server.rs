@@ -18,6 +18,7 @@ use tonic::transport::{Certificate, Identity};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use crate::calls::Counted;
 use crate::clock::Clock;
 use crate::generator::Generator;
 use crate::grant::Minted;
@@ -250,7 +251,11 @@ pub async fn run(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
-    let ids = IdServiceServer::new(service).max_decoding_message_size(config.limits.max_request_bytes);
+    // Counted from outside, so that calls refused before a handler runs are counted too.
+    let ids = Counted::new(
+        IdServiceServer::new(service).max_decoding_message_size(config.limits.max_request_bytes),
+        &metrics,
+    );
     let serve = builder
         .add_service(health)
         .add_service(reflection().build_v1()?)

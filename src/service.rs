@@ -1,12 +1,13 @@
 //! The gRPC service: thin handlers that validate requests, ask the minter, and map errors to
-//! gRPC status codes in one place ([`status_of`]).
+//! gRPC status codes in one place ([`status_of`]). Calls are counted and timed around the
+//! service, by [`crate::calls`], so that calls no handler sees are counted too.
 
 use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
-use crate::metrics::{MethodMetrics, Metrics};
+use crate::metrics::Metrics;
 use crate::minter::{MintError, MintHandle};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse};
@@ -70,35 +71,17 @@ pub struct Service {
     layout: Layout,
     max_batch: u32,
     metrics: Metrics,
-    next_id: MethodMetrics,
-    batch_ids: MethodMetrics,
-    decode: MethodMetrics,
 }
 
 impl Service {
     pub fn new(minter: MintHandle, layout: Layout, max_batch: u32, metrics: Metrics) -> Service {
-        Service {
-            next_id: metrics.method("NextId"),
-            batch_ids: metrics.method("BatchIds"),
-            decode: metrics.method("Decode"),
-            minter,
-            layout,
-            max_batch,
-            metrics,
-        }
+        Service { minter, layout, max_batch, metrics }
     }
 }
 
-/// Records the call's outcome and latency, and maps an error to its status.
-fn finish<T>(
-    metrics: &MethodMetrics,
-    start: std::time::Instant,
-    result: Result<T, ServiceError>,
-) -> Result<Response<T>, Status> {
-    let result = result.map(Response::new).map_err(status_of);
-    let code = result.as_ref().map_or_else(|status| status.code(), |_| tonic::Code::Ok);
-    metrics.record(code, start.elapsed());
-    result
+/// A handler's result as a response, or an error mapped to its status.
+fn respond<T>(result: Result<T, ServiceError>) -> Result<Response<T>, Status> {
+    result.map(Response::new).map_err(status_of)
 }
 
 /// Decodes `id` with `layout`.
@@ -121,13 +104,11 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 #[tonic::async_trait]
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        let start = std::time::Instant::now();
         let result = self.minter.next_id(timeout_of(&request)).await;
-        finish(&self.next_id, start, result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
+        respond(result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
-        let start = std::time::Instant::now();
         let timeout = timeout_of(&request);
         let count = request.into_inner().count;
         let result = if count == 0 || count > self.max_batch {
@@ -140,17 +121,16 @@ impl IdService for Service {
                 .map(|ids| BatchIdsResponse { ids })
                 .map_err(ServiceError::from)
         };
-        finish(&self.batch_ids, start, result)
+        respond(result)
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
-        let start = std::time::Instant::now();
         let DecodeRequest { id, layout } = request.into_inner();
         let result = match layout.as_str() {
             "" | "snowmint" => decode(id, &self.layout),
             name => Layout::named(name).map_err(ServiceError::from).and_then(|layout| decode(id, &layout)),
         };
-        finish(&self.decode, start, result)
+        respond(result)
     }
 }
 

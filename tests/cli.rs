@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use common::{Process, TestServer, assert_increasing, assert_unique, config, run_binary, serve_to_exit};
 use snowmint::clock::SystemClock;
-use snowmint::proto::{BatchIdsRequest, NextIdRequest};
+use snowmint::proto::id_service_server::{IdService, IdServiceServer};
+use snowmint::proto::{
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse,
+};
+use tonic::{Request, Response, Status};
 
 /// Runs `serve` with `args` and returns its error line, asserting it failed at once.
 fn serve_error(args: &[&str]) -> String {
@@ -23,13 +27,31 @@ fn serve_error(args: &[&str]) -> String {
 #[test]
 fn bad_configuration_exits_with_one_clear_line() {
     let cases: &[(&[&str], &str)] = &[
-        (&["--worker-bits", "30", "--sequence-bits", "20"], "time bits must be between 20 and 61"),
-        (&["--sequence-bits", "0"], "sequence bits must be between"),
-        (&["--epoch", "2999-01-01T00:00:00Z"], "in the future"),
+        // Layout errors name the flags the user set, with the arithmetic.
+        (
+            &["--worker-bits", "40"],
+            "--worker-bits 40 + --sequence-bits 12 leave 11 time bits (of 63); the time field needs 20 to 61",
+        ),
+        (&["--worker-bits", "30", "--sequence-bits", "20"], "--worker-bits 30 + --sequence-bits 20 leave 13 time bits"),
+        (&["--worker-bits", "0", "--sequence-bits", "1"], "--worker-bits 0 + --sequence-bits 1 leave 62 time bits"),
+        (&["--worker-bits", "40", "--sequence-bits", "30"], "--worker-bits 40 + --sequence-bits 30 = 70 bits"),
+        (&["--worker-bits", "21"], "--worker-bits must be between 0 and 20, got 21"),
+        (&["--sequence-bits", "0"], "--sequence-bits must be between 1 and 22, got 0"),
+        (&["--epoch", "2999-01-01T00:00:00Z"], "--epoch 2999-01-01T00:00:00.000Z is in the future"),
+        (
+            &["--epoch", "1970-01-01T00:00:00Z", "--worker-bits", "20", "--sequence-bits", "22"],
+            "--epoch 1970-01-01T00:00:00.000Z with 21 time bits of ms (63 - --worker-bits 20 - --sequence-bits 22) ran out at 1970-01-01T00:34:57.152Z",
+        ),
         (&["--epoch", "yesterday"], "RFC 3339"),
         (&["--worker-id", "1024"], "--worker-id 1024 does not fit --worker-bits 10 (maximum 1023)"),
         (&["--worker-bits", "4", "--worker-id", "16"], "maximum 15"),
         (&["--max-batch", "0"], "--max-batch"),
+        // A batch that cannot be minted within the longest wait, at the layout's rate.
+        (
+            &["--max-batch", "65536", "--max-wait-ms", "10"],
+            "--max-batch 65536 needs 16 ms to mint at 4096 IDs per 1 ms tick (--sequence-bits 12), more than --max-wait-ms 10",
+        ),
+        (&["--max-outstanding-ids", "1000"], "--max-outstanding-ids 1000 is below --max-batch 65536"),
         (&["--listen", "not-an-address"], "--listen"),
         (&["--log-format", "xml"], "--log-format"),
     ];
@@ -39,15 +61,19 @@ fn bad_configuration_exits_with_one_clear_line() {
     }
     // Environment variables are read too, and checked the same way.
     let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::binary())
+    let mut command = std::process::Command::new(common::binary());
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .arg("--state-dir")
         .arg(dir.path())
-        .env("SNOWMINT_WORKER_ID", "5000")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--worker-id 5000"));
+        .env("SNOWMINT_WORKER_ID", "5000");
+    let output = common::output_within(command, common::EXIT_LIMIT);
+    assert_ne!(output.code, 0);
+    assert!(output.stderr.contains("--worker-id 5000"), "{}", output.stderr);
+    // `decode` reads its own layout from the same flags, and says the same.
+    let (code, _, err) = run_binary(&["decode", "12", "--worker-bits", "40"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--worker-bits 40 + --sequence-bits 12 leave 11 time bits"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +182,7 @@ async fn serve_mints_and_stops_on_any_number_of_threads() {
         }
         let mut all = Vec::new();
         for caller in callers {
-            let ids = caller.await.unwrap();
+            let ids = common::join_within(caller, Duration::from_secs(60), "a caller").await;
             assert_increasing(&ids);
             all.extend(ids);
         }
@@ -165,5 +191,100 @@ async fn serve_mints_and_stops_on_any_number_of_threads() {
         server.signal("TERM");
         let status = server.wait(Duration::from_secs(10)).await;
         assert!(status.success(), "--worker-threads {threads}: {status}");
+    }
+}
+
+/// `bench` against `url` with `args`, expecting it to fail: its error line.
+async fn failed_bench(url: &str, args: &[&str]) -> String {
+    let args: Vec<String> = ["bench", "--addr", url].iter().chain(args).map(|s| s.to_string()).collect();
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_binary(&args)
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, 0, "bench succeeded: {out}{err}");
+    err.lines().last().unwrap_or_default().to_string()
+}
+
+/// A server that dies in the middle of a `bench` run fails the run: its figures would
+/// measure failed calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_fails_when_its_server_dies_mid_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let url = format!("http://{}", server.grpc);
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        server.signal("KILL");
+        server
+    });
+    let line = failed_bench(&url, &["--concurrency", "4", "--duration", "3"]).await;
+    assert!(line.starts_with("snowmint: ") && line.contains("calls failed (the first: "), "{line}");
+    assert!(!line.contains("duplicate"), "{line}");
+    drop(killer.await.unwrap());
+}
+
+/// A server that answers every NextId with the same ID.
+struct Repeating;
+
+#[tonic::async_trait]
+impl IdService for Repeating {
+    async fn next_id(&self, _: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
+        Ok(Response::new(NextIdResponse { id: 42 }))
+    }
+
+    async fn batch_ids(&self, _: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn decode(&self, _: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+/// Duplicate IDs fail a `bench` run, and it says how many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_fails_on_duplicate_ids() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IdServiceServer::new(Repeating))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let line = failed_bench(&url, &["--concurrency", "2", "--calls", "10"]).await;
+    assert_eq!(line, "snowmint: 9 duplicate IDs among 10");
+    server.abort();
+}
+
+/// Every flag of every subcommand is in the README, in its subcommand's section, with the
+/// environment variable it reads: `serve`'s by the README's one rule, the others' by name.
+#[test]
+fn every_flag_of_every_subcommand_is_in_the_readme() {
+    use clap::CommandFactory;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let command = snowmint::cli::Cli::command();
+    for subcommand in command.get_subcommands() {
+        let name = subcommand.get_name();
+        let heading = format!("### `snowmint {name}");
+        let start = readme.find(&heading).unwrap_or_else(|| panic!("the README has no section {heading}`"));
+        let section = &readme[start..];
+        let section = &section[..section[heading.len()..].find("\n#").map_or(section.len(), |i| i + heading.len())];
+        for arg in subcommand.get_arguments().filter(|arg| arg.get_id() != "help") {
+            let Some(long) = arg.get_long() else {
+                let positional = format!("<{}>", arg.get_id().as_str().to_uppercase());
+                assert!(section.contains(&positional), "{name}: {positional} is not in its README section");
+                continue;
+            };
+            let flag = format!("`--{long}`");
+            assert!(section.contains(&flag), "{name}: {flag} is not in its README section");
+            let Some(env) = arg.get_env().map(|env| env.to_string_lossy().into_owned()) else { continue };
+            if name == "serve" {
+                assert_eq!(env, format!("SNOWMINT_{}", long.to_uppercase().replace('-', "_")), "serve --{long}");
+            } else {
+                assert!(section.contains(&env), "{name}: {env} (of --{long}) is not in its README section");
+            }
+        }
     }
 }

@@ -80,7 +80,7 @@ async fn concurrent_next_ids_are_coalesced_into_few_calls() {
         .collect();
     let mut ids = Vec::new();
     for task in tasks {
-        ids.push(task.await.unwrap());
+        ids.push(common::join_within(task, Duration::from_secs(30), "a caller").await);
     }
     assert_unique(&ids);
     let made = calls(&server).await - before;

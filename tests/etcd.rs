@@ -1,5 +1,10 @@
 //! etcd mode against a real etcd (one node, or three members on loopback), with the real
-//! binary. Every test collects every ID it was given and asserts there is no duplicate.
+//! binary. Every test that can get an ID twice (two holders of one slot, one after the
+//! other, or instances that could share a slot) collects every ID and asserts there is none.
+//!
+//! The tests run one at a time ([`serial`]): their timing bounds (fenced within the TTL,
+//! minting again within seconds of a member's death) assume the two cores are not also
+//! running another test's cluster.
 
 mod common;
 
@@ -7,10 +12,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::EXIT_LIMIT;
 use common::etcd::{EtcdCluster, get};
-use common::{Process, assert_increasing, assert_unique, hammer, metric_value, next_id_eventually, serve_to_exit};
+use common::{
+    Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serial,
+    serve_to_exit,
+};
 use snowmint::layout::Layout;
 use snowmint::proto::BatchIdsRequest;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 fn layout() -> Layout {
     Layout::default_snowmint()
@@ -45,18 +57,22 @@ async fn reservation(client: &mut etcd_client::Client, prefix: &str, id: u64) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_started_at_once_get_distinct_workers() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let endpoints = cluster.endpoints();
+    // Every instance prefers slot 0, whatever this host's name (without the flag the
+    // preference is the host name's ordinal): all six race for one slot, and the losers
+    // spread over the free ones.
     let starts: Vec<_> = (0..6)
         .map(|_| {
             let endpoints = endpoints.clone();
             std::thread::spawn(move || {
-                Process::serve(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/many", "--lease-ttl", "3"])
+                let args = ["--etcd-endpoints", &endpoints, "--etcd-prefix", "/many", "--lease-ttl", "3"];
+                Process::serve(&[&args[..], &["--preferred-worker-id", "0"]].concat())
             })
         })
         .collect();
     let processes: Vec<Process> = starts.into_iter().map(|t| t.join().unwrap()).collect();
-    let mut all = Vec::new();
     let mut workers = Vec::new();
     for process in &processes {
         let ids = mint(process, 2_000).await;
@@ -66,17 +82,17 @@ async fn instances_started_at_once_get_distinct_workers() {
         assert_eq!(metric_value(&metrics, "snowmint_worker_id"), worker as f64);
         assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
         workers.push(worker);
-        all.extend(ids);
     }
+    // Distinct workers: no two instances can mint the same ID.
     workers.sort_unstable();
     workers.dedup();
     assert_eq!(workers.len(), 6, "workers not distinct: {workers:?}");
     assert!(workers.iter().all(|&w| w < 1024), "workers outside the layout: {workers:?}");
-    assert_unique(&all);
 }
 
 #[tokio::test]
 async fn a_killed_instances_slot_is_reused_only_after_its_lease_and_past_its_reservation() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let mut etcd = cluster.client().await;
     let a = serve(&cluster, "/killed", &["--preferred-worker-id", "7"]);
@@ -110,6 +126,7 @@ async fn a_killed_instances_slot_is_reused_only_after_its_lease_and_past_its_res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(3).await;
     // Reservations reach 6 s ahead: past the TTL, so what fences minting here is the lease
     // deadline, not the reservation running out.
@@ -124,7 +141,12 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
 
     let paused = Instant::now();
     cluster.pause_all();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Fenced by the lease deadline, each instance says so everywhere an operator or a load
+    // balancer looks, before etcd comes back.
+    for instance in &instances {
+        wait_until_fenced(instance, paused + Duration::from_secs(5)).await;
+    }
+    tokio::time::sleep_until((paused + Duration::from_secs(5)).into()).await;
     cluster.resume_all();
     let resumed = Instant::now();
     tokio::time::sleep(Duration::from_secs(8)).await;
@@ -132,7 +154,7 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
 
     let mut all = Vec::new();
     for (i, task) in hammers.into_iter().enumerate() {
-        let log = task.await.unwrap();
+        let log = join_within(task, Duration::from_secs(10), "a hammer").await;
         // Fenced within the TTL (3 s): no call started later than that got an ID while
         // etcd was paused.
         let last_ok = log.last_ok_started_before(resumed).expect("minted before the pause");
@@ -162,7 +184,54 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
         let metrics = common::http_get(instance.admin, "/metrics").await.1;
         assert!(metric_value(&metrics, r#"snowmint_lease_renewals_total{result="failed"}"#) >= 1.0);
         assert_eq!(metric_value(&metrics, "snowmint_lease_valid"), 1.0);
+        assert_eq!(health(instance).await, [ServingStatus::Serving; 2]);
     }
+}
+
+/// The gRPC health of `instance`, overall and of the ID service.
+async fn health(instance: &Process) -> [ServingStatus; 2] {
+    let mut client = HealthClient::new(common::channel(instance.grpc).await);
+    let mut statuses = [ServingStatus::Unknown; 2];
+    for (status, service) in statuses.iter_mut().zip(["", "snowmint.v1.IdService"]) {
+        let response = client.check(HealthCheckRequest { service: service.into() }).await.unwrap();
+        *status = response.into_inner().status();
+    }
+    statuses
+}
+
+/// Waits, at most until `limit`, for `instance` to report itself fenced: gRPC health
+/// `NOT_SERVING`, `/readyz` 503, `snowmint_lease_valid 0` and `snowmint_minting 0`.
+async fn wait_until_fenced(instance: &Process, limit: Instant) {
+    loop {
+        let metrics = common::http_get(instance.admin, "/metrics").await.1;
+        let seen = (
+            health(instance).await,
+            instance.admin_ready().await,
+            metric_value(&metrics, "snowmint_lease_valid"),
+            metric_value(&metrics, "snowmint_minting"),
+        );
+        if seen == ([ServingStatus::NotServing; 2], 503, 0.0, 0.0) {
+            return;
+        }
+        assert!(Instant::now() < limit, "not reported fenced (health, readyz, lease_valid, minting): {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// etcd unreachable at start: the start retries for --etcd-start-timeout-ms, then exits
+/// non-zero with one line naming the endpoint.
+#[test]
+fn an_unreachable_etcd_stops_the_start_naming_the_endpoint() {
+    let endpoint = format!("http://127.0.0.1:{}", common::etcd::free_port());
+    let start = Instant::now();
+    let (code, stderr) =
+        common::serve_to_exit_within(&["--etcd-endpoints", &endpoint, "--etcd-start-timeout-ms", "1500"], EXIT_LIMIT);
+    let took = start.elapsed();
+    assert_ne!(code, 0, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("snowmint: ") && last.contains("cannot reach etcd"), "{stderr}");
+    assert!(last.contains(&endpoint), "the endpoint is not named: {last}");
+    assert!(took >= Duration::from_secs(1), "gave up after {took:?}, before its 1.5 s start timeout");
 }
 
 /// Asserts minting went on after a member died at `killed`: in every second from the first
@@ -180,6 +249,7 @@ fn assert_minting_went_on(log: &common::HammerLog, killed: Instant, what: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
+    let _serial = serial().await;
     let mut cluster = EtcdCluster::start(3).await;
     let instances: Vec<Process> = (0..2).map(|_| serve(&cluster, "/leader", &[])).collect();
     for instance in &instances {
@@ -198,7 +268,7 @@ async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
         tokio::time::sleep(Duration::from_secs(8)).await;
         stop.store(true, Ordering::Relaxed);
         for task in hammers {
-            let log = task.await.unwrap();
+            let log = join_within(task, Duration::from_secs(10), "a hammer").await;
             assert_minting_went_on(&log, killed, victim);
             assert_increasing(&log.ids);
             all.extend(log.ids);
@@ -217,6 +287,7 @@ async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
 
 #[tokio::test]
 async fn every_slot_taken_exits_with_a_clear_line() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let a = serve(&cluster, "/full", &["--worker-bits", "1"]);
     let b = serve(&cluster, "/full", &["--worker-bits", "1"]);
@@ -233,10 +304,10 @@ async fn every_slot_taken_exits_with_a_clear_line() {
 
 #[tokio::test]
 async fn a_different_layout_is_refused() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let a = serve(&cluster, "/layout", &[]);
-    let ids = mint(&a, 10).await;
-    assert_unique(&ids);
+    mint(&a, 10).await;
     let endpoints = cluster.endpoints();
     let (code, stderr) =
         serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/layout", "--sequence-bits", "11"]);
@@ -248,6 +319,7 @@ async fn a_different_layout_is_refused() {
 
 #[tokio::test]
 async fn sigterm_frees_the_slot_at_once() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let mut etcd = cluster.client().await;
     let started = Instant::now();
@@ -268,12 +340,13 @@ async fn sigterm_frees_the_slot_at_once() {
     eprintln!("slot hand-over: first ID {:?} after the next process started", started.elapsed());
     assert_eq!(worker_of(b_ids[0]), 4, "the next instance takes the freed slot");
     all.extend(b_ids);
+    // One slot, held in turn: increasing across both holders, so never twice.
     assert_increasing(&all);
-    assert_unique(&all);
 }
 
 #[tokio::test]
 async fn tls_with_client_certificates() {
+    let _serial = serial().await;
     let dir = tempfile::tempdir().unwrap();
     let ca = common::tls::TestCa::new(dir.path(), "etcd-ca");
     let server = ca.issue("etcd-server");
@@ -283,8 +356,7 @@ async fn tls_with_client_certificates() {
     assert!(endpoints.starts_with("https://"));
     let (ca_path, cert, key) = (ca.ca.to_str().unwrap(), client.cert.to_str().unwrap(), client.key.to_str().unwrap());
     let a = serve(&cluster, "/tls", &["--etcd-ca", ca_path, "--etcd-cert", cert, "--etcd-key", key]);
-    let ids = mint(&a, 1_000).await;
-    assert_unique(&ids);
+    mint(&a, 1_000).await;
 
     // Without a client certificate etcd refuses the connection, and the start says so.
     let (code, stderr) =
@@ -295,6 +367,7 @@ async fn tls_with_client_certificates() {
 
 #[tokio::test]
 async fn user_authentication_with_the_password_from_the_environment_only() {
+    let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let mut etcd = cluster.client().await;
     etcd.user_add("root", "s3cret-root", None).await.unwrap();
@@ -307,8 +380,7 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     let mut command = std::process::Command::new(common::binary());
     command.env("SNOWMINT_ETCD_PASSWORD", "s3cret-root").env("SNOWMINT_ETCD_USER", "root");
     let mut process = Process::serve_with(command, &["--etcd-endpoints", &endpoints, "--lease-ttl", "3"]);
-    let ids = mint(&process, 1_000).await;
-    assert_unique(&ids);
+    mint(&process, 1_000).await;
     process.signal("TERM");
     assert!(process.wait(Duration::from_secs(10)).await.success());
     let logs = process.drain_logs().join("\n");
@@ -321,15 +393,89 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     assert_ne!(code, 0, "there is no password flag");
     assert!(stderr.contains("--etcd-password"), "{stderr}");
 
-    let output = std::process::Command::new(common::binary())
+    let mut command = std::process::Command::new(common::binary());
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(base)
         .args(["--etcd-user", "root"])
-        .env("SNOWMINT_ETCD_PASSWORD", "wrong")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .env("SNOWMINT_ETCD_PASSWORD", "wrong");
+    let output = common::output_within(command, common::EXIT_LIMIT);
+    assert_ne!(output.code, 0);
+    let stderr = output.stderr;
     assert!(stderr.lines().last().unwrap().contains("authentication failed"), "{stderr}");
     assert!(!stderr.contains("wrong"), "{stderr}");
+}
+
+/// The worker key's lease for `slot` under `prefix`.
+async fn lease_of(client: &mut etcd_client::Client, prefix: &str, slot: u64) -> i64 {
+    let response = client.get(format!("{prefix}/workers/{slot}"), None).await.unwrap();
+    response.kvs().first().expect("the slot is held").lease()
+}
+
+/// A lease gone on the server (revoked here by hand, as an expiry during a partition would
+/// have it) is noticed by the next renewal, a third of the TTL later, not by the next
+/// reservation write a third of the window later (20 s with this window). The instance
+/// takes the same slot back, finds that nobody wrote its reservation since, and mints again
+/// at once, instead of waiting out its own 60 s reservation.
+#[tokio::test]
+async fn a_revoked_lease_is_noticed_by_the_next_renewal_and_the_slot_resumes_at_once() {
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let mut process = serve(&cluster, "/revoked", &["--reservation-window-ms", "60000", "--preferred-worker-id", "3"]);
+    let before = mint(&process, 1_000).await;
+    assert_eq!(worker_of(before[0]), 3);
+    let mut etcd = cluster.client().await;
+    let lease = lease_of(&mut etcd, "/revoked", 3).await;
+    let revoked = Instant::now();
+    etcd.lease_revoke(lease).await.unwrap();
+
+    let lost = loop {
+        let metrics = common::http_get(process.admin, "/metrics").await.1;
+        if metric_value(&metrics, "snowmint_lease_lost_total") >= 1.0 {
+            break revoked.elapsed();
+        }
+        assert!(revoked.elapsed() < Duration::from_secs(10), "the revoked lease was not noticed in 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // A renewal every second (TTL 3 s), each bounded by a 0.6 s call timeout.
+    assert!(lost < Duration::from_millis(2_500), "noticed {lost:?} after the revoke");
+
+    let mut client = process.client().await;
+    let after = next_id_eventually(&mut client, Duration::from_secs(10)).await;
+    let resumed = revoked.elapsed();
+    assert_eq!(worker_of(after), 3, "the lost slot was not taken back");
+    assert!(after > *before.last().unwrap(), "went back after resuming");
+    assert!(resumed < Duration::from_secs(5), "minted again only {resumed:?} after the revoke");
+    assert_ne!(lease_of(&mut etcd, "/revoked", 3).await, lease, "the slot is held under a new lease");
+    let logs = process.drain_logs().join("\n");
+    assert!(logs.contains(r#""resumed":true"#), "the re-claim did not resume:\n{logs}");
+}
+
+/// A reservation in etcd that is valid JSON but an absurd time (it would overflow, or read
+/// as "no floor") stops the start with a line naming the key, and is left untouched.
+#[tokio::test]
+async fn an_absurd_reservation_in_etcd_stops_the_start_naming_the_key() {
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let key = "/absurd/reservations/0";
+    let absurd = r#"{"reserved_until_ms":9223372036854775000,"reserved_until":"?"}"#;
+    etcd.put(key, absurd, None).await.unwrap();
+    let endpoints = cluster.endpoints();
+    let (code, stderr) = serve_to_exit(&[
+        "--etcd-endpoints",
+        &endpoints,
+        "--etcd-prefix",
+        "/absurd",
+        "--preferred-worker-id",
+        "0",
+        "--worker-bits",
+        "1",
+        "--sequence-bits",
+        "12",
+    ]);
+    assert_ne!(code, 0);
+    let line = stderr.lines().last().unwrap_or_default();
+    assert!(line.contains(key) && line.contains("outside the layout's time range"), "{stderr}");
+    assert_eq!(get(&mut etcd, key).await.as_deref(), Some(absurd.as_bytes()), "the reservation was rewritten");
 }

@@ -5,23 +5,20 @@
 //!
 //! After every fault: no duplicate among all IDs ever returned, each process's IDs
 //! increasing, every refusal UNAVAILABLE within the call's deadline, recovery within the
-//! fault's bound, and the metrics counted the event. The tests here run in sequence (they
-//! share two cores); `soak` runs the same faults at random for as long as asked.
+//! fault's bound, and the metrics counted the event. The tests here run one at a time
+//! ([`serial`]: their timing bounds assume the machine is not also running another fleet);
+//! `soak` runs the same faults at random for as long as asked.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::fleet::{self, Fleet, Outcome};
-use tokio::sync::Mutex;
-
-/// The tests of this file run one at a time: their timing bounds assume the machine is not
-/// also running another fleet.
-static SERIAL: Mutex<()> = Mutex::const_new(());
+use common::serial;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_steps_on_an_etcd_fleet() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let mut fleet = Fleet::etcd(3, 3).await;
     fleet::clock_small_step_back(&mut fleet, 0).await;
     fleet::clock_large_step_back(&mut fleet, 1, 3.0).await;
@@ -31,7 +28,7 @@ async fn clock_steps_on_an_etcd_fleet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_restarts_and_a_paused_zombie_on_an_etcd_fleet() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let mut fleet = Fleet::etcd(3, 3).await;
     fleet::kill_and_restart(&mut fleet, 0, 0.0).await;
     fleet::kill_and_restart(&mut fleet, 1, 2.0).await;
@@ -41,7 +38,7 @@ async fn kills_restarts_and_a_paused_zombie_on_an_etcd_fleet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_leader_killed_members_paused_and_a_cold_start() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let mut fleet = Fleet::etcd(3, 3).await;
     fleet::kill_etcd_leader(&mut fleet).await;
     fleet::pause_etcd(&mut fleet).await;
@@ -51,7 +48,7 @@ async fn etcd_leader_killed_members_paused_and_a_cold_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_clock_kills_and_broken_state_files() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let mut fleet = Fleet::standalone().await;
     fleet::clock_large_step_back(&mut fleet, 0, 2.0).await;
     fleet::kill_and_restart(&mut fleet, 0, 0.0).await;
@@ -80,7 +77,7 @@ impl Rng {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: run by scripts/soak"]
 async fn soak() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let secs: u64 = std::env::var("SNOWMINT_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(1200);
     let seed: u64 = std::env::var("SNOWMINT_SOAK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1

@@ -3,24 +3,14 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::free_port;
-use common::{TestServer, config, try_http_get};
+use common::{Child, TestServer, config, output_within, try_http_get};
 use snowmint::clock::SystemClock;
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The value of an instant query's first sample, once Prometheus has one.
 async fn query(addr: std::net::SocketAddr, promql: &str) -> Option<f64> {
@@ -52,17 +42,13 @@ async fn prometheus_scrapes_the_counters() {
 
     // promtool's lint of the exposition: no findings.
     let metrics = server.admin_get("/metrics").await.1;
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/check installs it)");
-    promtool.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
-    let lint = promtool.wait_with_output().unwrap();
-    let findings = format!("{}{}", String::from_utf8_lossy(&lint.stdout), String::from_utf8_lossy(&lint.stderr));
-    assert!(lint.status.success() && findings.trim().is_empty(), "promtool check metrics: {findings}");
+    let exposition = dir.path().join("metrics.txt");
+    std::fs::write(&exposition, &metrics).unwrap();
+    let mut promtool = Command::new("sh");
+    promtool.arg("-c").arg("exec promtool check metrics < \"$0\"").arg(&exposition);
+    let lint = output_within(promtool, Duration::from_secs(30));
+    let findings = format!("{}{}", lint.stdout, lint.stderr);
+    assert!(lint.code == 0 && findings.trim().is_empty(), "promtool check metrics: {findings}");
 
     let port = free_port();
     std::fs::write(
@@ -73,16 +59,16 @@ async fn prometheus_scrapes_the_counters() {
         ),
     )
     .unwrap();
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (Debian package prometheus; scripts/check installs it)"),
-    );
+    let mut prometheus = Command::new("prometheus");
+    prometheus
+        .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // Killed when dropped, or with the test binary.
+    let _prometheus =
+        Child::spawn(prometheus).expect("prometheus (Debian package prometheus; scripts/check installs it)");
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let start = Instant::now();
     let issued = loop {

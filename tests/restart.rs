@@ -7,8 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Process, TestServer, assert_increasing, assert_unique, config, next_id_eventually, serve_to_exit};
+use common::{Process, TestServer, assert_increasing, config, next_id_eventually, serve_to_exit};
 use snowmint::clock::{Clock, ManualClock, SystemClock};
+use snowmint::layout::Layout;
 
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
 
@@ -57,14 +58,12 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     assert!(status.success(), "SIGTERM exit: {status:?}");
     let logs = process.drain_logs().join("\n");
     assert!(logs.contains("final reservation saved"), "{logs}");
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("worker-9.json")).unwrap()).unwrap();
     let layout = snowmint::layout::Layout::default_snowmint();
     let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
-    assert_eq!(saved["reserved_until_ms"].as_i64().unwrap(), last_ms, "the final reservation is the last tick used");
+    assert_eq!(saved_reservation(dir.path(), 9), last_ms, "the final reservation is the last tick used");
 
     // A graceful restart mints at once, past everything before.
-    let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
     let mut client = process.client().await;
     let start = std::time::Instant::now();
     let id = next_id_eventually(&mut client, Duration::from_secs(5)).await;
@@ -72,15 +71,30 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     all.push(id);
     all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
 
-    // kill -9: the reservation on disk reaches ahead of the clock; the restart waits it out.
+    // kill -9: the reservation on disk reaches ahead of the clock, past the last ID; the
+    // restart mints only above it.
     process.signal("KILL");
+    process.wait(Duration::from_secs(5)).await;
     drop(process);
+    let reserved = saved_reservation(dir.path(), 9);
+    let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
+    assert!(reserved > last_ms, "the killed run's reservation {reserved} does not reach past its last ID ({last_ms})");
     let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
     let mut client = process.client().await;
-    all.push(next_id_eventually(&mut client, Duration::from_secs(10)).await);
+    let first = next_id_eventually(&mut client, Duration::from_secs(10)).await;
+    let first_ms = layout.tick_start_ms(layout.unpack(first).tick);
+    assert!(first_ms > reserved, "the restart after kill -9 minted at {first_ms}, inside the reservation {reserved}");
+    all.push(first);
     all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    // One worker across three runs: increasing throughout, so never an ID twice.
     assert_increasing(&all);
-    assert_unique(&all);
+}
+
+/// The `reserved_until_ms` of worker `worker_id`'s state file in `dir`.
+fn saved_reservation(dir: &std::path::Path, worker_id: u32) -> i64 {
+    let path = dir.join(format!("worker-{worker_id}.json"));
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    saved["reserved_until_ms"].as_i64().unwrap()
 }
 
 #[test]
@@ -93,6 +107,32 @@ fn corrupt_state_stops_the_start_with_one_clear_line() {
     assert!(last.starts_with("snowmint: state file") && last.contains("corrupt"), "{stderr}");
     // Never reset: the file is untouched.
     assert_eq!(std::fs::read_to_string(dir.path().join("worker-0.json")).unwrap(), "{\"version\":1,\"worker");
+}
+
+/// A state file that parses but holds an absurd time (past the layout's end, or before its
+/// epoch) is corrupt: trusting it could overflow, or read as "no floor". The start stops
+/// naming the file, and the file is left as it was.
+#[test]
+fn an_absurd_reservation_in_the_state_file_stops_the_start_naming_the_file() {
+    for absurd in [i64::MAX - 5, 1_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker-0.json");
+        let state = serde_json::json!({
+            "version": 1,
+            "worker_id": 0,
+            "layout": Layout::default_snowmint(),
+            "reserved_until_ms": absurd,
+            "reserved_until": "?",
+            "saved_at": "?",
+        })
+        .to_string();
+        std::fs::write(&path, &state).unwrap();
+        let (code, stderr) = serve_to_exit(&["--state-dir", dir.path().to_str().unwrap()]);
+        assert_ne!(code, 0, "started over {absurd}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.contains(path.to_str().unwrap()) && last.contains("outside the layout's time range"), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), state, "the state file was rewritten");
+    }
 }
 
 #[tokio::test]
@@ -128,4 +168,130 @@ async fn shutdown_grace_bounds_a_stuck_client() {
     process.signal("TERM");
     assert!(process.wait(Duration::from_secs(10)).await.success());
     assert!(start.elapsed() < Duration::from_secs(3), "shutdown took {:?}", start.elapsed());
+}
+
+/// `--accept-missing-state` after a deliberate reset says so in its log line, rather than
+/// calling it a first start.
+#[tokio::test]
+async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let mut first = Process::serve(&["--state-dir", state_dir]);
+    first.wait_for_log("first start for this worker", Duration::from_secs(5)).await;
+    // Minting, so the signal handlers are in place: a SIGTERM before them kills at once.
+    next_id_eventually(&mut first.client().await, Duration::from_secs(5)).await;
+    first.signal("TERM");
+    assert!(first.wait(Duration::from_secs(10)).await.success());
+
+    std::fs::remove_file(dir.path().join("worker-0.json")).unwrap();
+    let mut reset = Process::serve(&["--state-dir", state_dir, "--accept-missing-state"]);
+    let logs = reset.wait_for_log("slot taken", Duration::from_secs(5)).await.join("\n");
+    assert!(logs.contains("state file missing; start accepted deliberately (--accept-missing-state)"), "{logs}");
+    assert!(!logs.contains("first start"), "{logs}");
+    next_id_eventually(&mut reset.client().await, Duration::from_secs(5)).await;
+}
+
+/// A reservation that cannot be written (the README's full or read-only disk): minting goes
+/// on inside the reservation already on disk, never past it, then refuses with UNAVAILABLE;
+/// the failure is logged and counted, and minting resumes once writes work again.
+///
+/// Every write of the state file goes through `worker-<id>.json.tmp`; a directory in its
+/// place makes each write fail, as a full or read-only disk would. Unlike a read-only mode
+/// bit, it stops root too, and it needs no mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until_writes_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let mut process = Process::serve(&["--state-dir", state_dir, "--reservation-window-ms", "1000"]);
+    let mut client = process.client().await;
+    let before = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+
+    // A write under way when the directory appears holds the temp file: try until it is
+    // free, after which no write can land.
+    let blocker = dir.path().join("worker-0.json.tmp");
+    let start = std::time::Instant::now();
+    while let Err(e) = std::fs::create_dir(&blocker) {
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5), "the temp file never went away");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reserved = saved_reservation(dir.path(), 0);
+    let blocked = std::time::Instant::now();
+
+    let layout = snowmint::layout::Layout::default_snowmint();
+    let mut minted = Vec::new();
+    let refusal = loop {
+        assert!(blocked.elapsed() < Duration::from_secs(5), "still minting 5 s after writes stopped working");
+        match client.next_id(NextIdRequest {}).await {
+            Ok(response) => minted.push(response.into_inner().id),
+            Err(status) => break status,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
+    assert!(refusal.message().contains("reservation"), "{}", refusal.message());
+    assert!(!minted.is_empty(), "nothing minted inside the reservation on disk");
+    for &id in &minted {
+        let ms = layout.tick_end_ms(layout.unpack(id).tick);
+        assert!(ms <= reserved, "minted at {ms}, past the reservation on disk ({reserved})");
+    }
+    process.wait_for_log("reservation write failed", Duration::from_secs(5)).await;
+    let failed = common::metric_value(
+        &common::http_get(process.admin, "/metrics").await.1,
+        r#"snowmint_reservation_writes_total{result="failed"}"#,
+    );
+    assert!(failed >= 1.0, "failed writes not counted");
+    let start = std::time::Instant::now();
+    while process.admin_ready().await != 503 {
+        assert!(start.elapsed() < Duration::from_secs(2), "still ready 2 s after minting refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    std::fs::remove_dir(&blocker).unwrap();
+    let after = next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    process.wait_for_log("reservation writes work again", Duration::from_secs(5)).await;
+    minted.insert(0, before);
+    minted.push(after);
+    assert_increasing(&minted);
+}
+
+/// On SIGTERM the calls in flight finish with their IDs, the process exits 0, and the final
+/// reservation covers every ID they got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_at_sigterm_finish_and_the_final_reservation_covers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 IDs a millisecond: eight batches of 4,000 take half a second of ticks, so they are
+    // still in flight when the signal comes. A generous --max-wait-ms keeps a slow machine
+    // from refusing them for taking long.
+    let args = ["--state-dir", dir.path().to_str().unwrap(), "--sequence-bits", "6", "--max-wait-ms", "5000"];
+    let mut process = Process::serve(&args);
+    let mut client = process.client().await;
+    next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let ids = client.batch_ids(BatchIdsRequest { count: 4_000 }).await.map(|r| r.into_inner().ids);
+                (ids, std::time::Instant::now())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let signalled = std::time::Instant::now();
+    process.signal("TERM");
+    let mut all = Vec::new();
+    let mut in_flight = 0;
+    for caller in callers {
+        let (ids, done) = common::join_within(caller, Duration::from_secs(10), "a call in flight").await;
+        let ids = ids.unwrap_or_else(|status| panic!("a call in flight at SIGTERM failed: {status:?}"));
+        assert_eq!(ids.len(), 4_000);
+        in_flight += usize::from(done > signalled);
+        all.extend(ids);
+    }
+    assert!(in_flight > 0, "every call had finished before the signal; nothing was in flight");
+    let status = process.wait(Duration::from_secs(10)).await;
+    assert!(status.success(), "SIGTERM exit: {status:?}");
+    let layout = Layout::snowmint(snowmint::layout::DEFAULT_EPOCH_MS, 10, 6);
+    let last_ms = all.iter().map(|&id| layout.tick_end_ms(layout.unpack(id).tick)).max().unwrap();
+    assert!(saved_reservation(dir.path(), 0) >= last_ms, "the final reservation does not cover the last ID");
 }

@@ -6,12 +6,59 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestServer, assert_increasing, assert_unique, config};
-use snowmint::clock::SystemClock;
-use snowmint::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest};
+use common::{TestServer, assert_increasing, assert_unique, config, metric_value};
+use snowmint::clock::{Clock, ManualClock, SystemClock};
+use snowmint::metrics::CODES;
+use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+
+/// The IDs asked for and not yet answered are bounded server-wide: every queued batch holds
+/// memory for its full count. Past the bound a call gets RESOURCE_EXHAUSTED at once, counted
+/// by its code; the calls already queued are served.
+#[tokio::test]
+async fn ids_outstanding_are_bounded_and_the_excess_is_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    // The clock stands still: one tick of 4,096 IDs, so big batches queue up.
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    config.max_outstanding_ids = 100_000;
+    config.max_wait = Duration::from_secs(5);
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let client = server.client().await;
+    let mut first = client.clone();
+    let queued = tokio::spawn(async move { first.batch_ids(BatchIdsRequest { count: 65_536 }).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!queued.is_finished(), "the first batch waits for ticks");
+    let status = client.clone().batch_ids(BatchIdsRequest { count: 65_536 }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("--max-outstanding-ids"), "{}", status.message());
+    let refused = r#"snowmint_requests_total{code="ResourceExhausted",method="BatchIds"}"#;
+    assert_eq!(server.metric(refused).await, 1.0);
+    // Time moves on, a tick at a time: the queued batch completes, and the room is free again.
+    for _ in 0..40 {
+        if queued.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ids = queued.await.unwrap().unwrap().into_inner().ids;
+    assert_eq!(ids.len(), 65_536);
+    assert_increasing(&ids);
+    let mut again = client.clone();
+    let second = tokio::spawn(async move { again.batch_ids(BatchIdsRequest { count: 65_536 }).await });
+    for _ in 0..40 {
+        if second.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(second.await.unwrap().unwrap().into_inner().ids.len(), 65_536);
+    server.stop().await;
+}
 
 async fn start() -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -47,7 +94,7 @@ async fn hundred_thousand_ids_from_sixteen_callers_are_unique_and_increasing_per
     }
     let mut all = Vec::new();
     for task in tasks {
-        let ids = task.await.unwrap();
+        let ids = common::join_within(task, Duration::from_secs(60), "a caller").await;
         assert_eq!(ids.len(), PER_CALLER);
         assert_increasing(&ids);
         all.extend(ids);
@@ -110,7 +157,7 @@ async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
 #[tokio::test]
 async fn health_reflection_and_admin_endpoints() {
     let (server, _dir) = start().await;
-    let channel = tonic::transport::Endpoint::from_shared(server.url()).unwrap().connect().await.unwrap();
+    let channel = common::channel(server.grpc).await;
     let mut health = HealthClient::new(channel.clone());
     // The minter reports serving as soon as it has a worker and a reservation.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -194,4 +241,88 @@ async fn single_calls_do_not_wait_for_nagle() {
     let median = times[times.len() / 2];
     assert!(median < Duration::from_millis(20), "median NextId took {median:?}");
     server.stop().await;
+}
+
+/// Every call to the `IdService` is counted by the code it ended with, the calls no handler
+/// sees included (too large, malformed, a method the service does not have, dropped by the
+/// server's request timeout), with its latency; every code's series is there from the first
+/// scrape.
+#[tokio::test]
+async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    config.limits.request_timeout = Duration::from_millis(300);
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let labels = ["NextId", "BatchIds", "Decode", "other"];
+    let scrape = server.admin_get("/metrics").await.1;
+    for method in labels {
+        for code in CODES {
+            let series = format!(r#"snowmint_requests_total{{code="{code}",method="{method}"}}"#);
+            assert_eq!(metric_value(&scrape, &series), 0.0, "{series} before any call");
+        }
+    }
+
+    let mut client = server.client().await;
+    client.next_id(NextIdRequest {}).await.unwrap();
+    let status = client.batch_ids(BatchIdsRequest { count: 0 }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    // Above the 16 KiB request limit: refused while decoding, before any handler.
+    let status = client.decode(DecodeRequest { id: 1, layout: "x".repeat(1 << 20) }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    // Bytes that are not a DecodeRequest: field 1 length-delimited where a fixed64 belongs.
+    let status = raw_call(&server, "/snowmint.v1.IdService/Decode", BatchIdsResponse { ids: vec![1, 2, 3] }).await;
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    let status = raw_call(&server, "/snowmint.v1.IdService/Mint", NextIdRequest {}).await;
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    // The clock steps back a little and stays there: the call waits, and the server's
+    // 300 ms request timeout drops it first.
+    clock.step_wall(-4);
+    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+    clock.step_wall(4);
+
+    let expected = [
+        ("NextId", "OK"),
+        ("NextId", "Cancelled"),
+        ("BatchIds", "InvalidArgument"),
+        ("Decode", "OutOfRange"),
+        ("Decode", "Internal"),
+        ("other", "Unimplemented"),
+    ];
+    // A dropped call is counted as it is dropped, just after the client hears of it.
+    let start = Instant::now();
+    let scrape = loop {
+        let scrape = server.admin_get("/metrics").await.1;
+        let cancelled = r#"snowmint_requests_total{code="Cancelled",method="NextId"}"#;
+        if metric_value(&scrape, cancelled) == 1.0 || start.elapsed() > Duration::from_secs(5) {
+            break scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for method in labels {
+        for code in CODES {
+            let series = format!(r#"snowmint_requests_total{{code="{code}",method="{method}"}}"#);
+            let want = if expected.contains(&(method, code)) { 1.0 } else { 0.0 };
+            assert_eq!(metric_value(&scrape, &series), want, "{series}");
+        }
+        let calls = expected.iter().filter(|(m, _)| *m == method).count() as f64;
+        let timed = format!(r#"snowmint_request_duration_seconds_count{{method="{method}"}}"#);
+        assert_eq!(metric_value(&scrape, &timed), calls, "{timed}");
+    }
+    server.stop().await;
+}
+
+/// Sends `message` to `path` as it is, whatever the method expects there; the call's status.
+async fn raw_call<M: prost::Message + Default + Send + Sync + 'static>(
+    server: &TestServer,
+    path: &'static str,
+    message: M,
+) -> tonic::Status {
+    let channel = common::channel(server.grpc).await;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<M, DecodeResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+    grpc.unary(tonic::Request::new(message), path, codec).await.unwrap_err()
 }

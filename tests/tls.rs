@@ -33,7 +33,13 @@ async fn tls_channel(
     if let Some(files) = identity {
         tls = tls.identity(Identity::from_pem(std::fs::read(&files.cert).unwrap(), std::fs::read(&files.key).unwrap()));
     }
-    Endpoint::from_shared(format!("https://{}", server.grpc)).unwrap().tls_config(tls)?.connect().await
+    Endpoint::from_shared(format!("https://{}", server.grpc))
+        .unwrap()
+        .timeout(common::CALL_LIMIT)
+        .connect_timeout(common::CALL_LIMIT)
+        .tls_config(tls)?
+        .connect()
+        .await
 }
 
 #[tokio::test]
@@ -46,7 +52,12 @@ async fn tls_call_works_and_plain_text_is_refused() {
     assert_eq!(ids.len(), 10);
 
     // A plain-text client gets no IDs from a TLS server.
-    let plain = Endpoint::from_shared(format!("http://{}", server.grpc)).unwrap().connect().await;
+    let plain = Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .timeout(common::CALL_LIMIT)
+        .connect_timeout(common::CALL_LIMIT)
+        .connect()
+        .await;
     if let Ok(channel) = plain {
         let status = IdServiceClient::new(channel).next_id(NextIdRequest {}).await.unwrap_err();
         assert_ne!(status.code(), tonic::Code::Ok);
@@ -95,7 +106,7 @@ async fn oversized_and_malformed_requests_get_errors_and_the_server_stays_health
 
     // Bytes that are not the message the method takes: field 1 arrives length-delimited
     // where Decode expects a fixed64.
-    let channel = Endpoint::from_shared(server.url()).unwrap().connect().await.unwrap();
+    let channel = common::channel(server.grpc).await;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let codec = tonic_prost::ProstCodec::<BatchIdsResponse, DecodeResponse>::default();

@@ -217,12 +217,12 @@ impl EtcdStore {
             let txn = txn.clone();
             match self.etcd.attempt("record layout", |mut c| async move { c.txn(txn).await }).await {
                 Ok(response) => break response,
-                Err(error) if Instant::now() + backoff >= until => {
+                Err(error) if Instant::now() >= until => {
                     return Err(StoreError::Etcd(format!("cannot reach etcd: {error}")));
                 }
                 Err(error) => tracing::debug!(%error, "etcd not reachable yet; retrying"),
             }
-            tokio::time::sleep(backoff).await;
+            tokio::time::sleep(backoff.min(until.saturating_duration_since(Instant::now()))).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         };
         if response.succeeded() {

@@ -89,7 +89,7 @@ impl StateFile {
             }
             (None, true) => tracing::warn!(
                 path = %file.path.display(),
-                "the state file of a worker that ran here before is missing; starting anyway, as --accept-missing-state asks"
+                "state file missing; start accepted deliberately (--accept-missing-state)"
             ),
             (None, false) => {
                 tracing::info!(path = %file.path.display(), "no state file: first start for this worker in this state dir")

@@ -1,11 +1,14 @@
 //! A real etcd (Debian's `etcd-server`) for tests: one node or a cluster of several members
 //! on free loopback ports, each with a temp data dir; members can be killed, paused and
-//! resumed. Every process is killed when the cluster is dropped.
+//! resumed. Every process is killed when the cluster is dropped, also when its start fails
+//! part-way, and when the test binary dies.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::child::{Child, signal_number};
 
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
@@ -42,9 +45,21 @@ impl EtcdCluster {
     /// Like [`EtcdCluster::start`]; with `tls` (CA, server certificate) clients must connect
     /// over https with a certificate the CA signed.
     pub async fn start_with(n: usize, tls: Option<(PathBuf, super::tls::CertFiles)>) -> EtcdCluster {
+        EtcdCluster::start_members(n, tls, |_| etcd_binary()).await
+    }
+
+    /// Starts `n` members, member `i` from the binary `binary(i)`, and waits until the
+    /// cluster answers. Each member belongs to the cluster from the moment it is started, so
+    /// a start that fails part-way (a member that cannot be started, a cluster that never
+    /// becomes healthy) kills the members already running as it unwinds.
+    pub async fn start_members(
+        n: usize,
+        tls: Option<(PathBuf, super::tls::CertFiles)>,
+        binary: impl Fn(usize) -> String,
+    ) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let mut members: Vec<Member> = (0..n)
+        let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
                 client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
@@ -55,17 +70,17 @@ impl EtcdCluster {
             .collect();
         let initial_cluster =
             members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",");
-        let mut cluster = EtcdCluster { members: Vec::new(), initial_cluster, tls, _dir: dir };
-        for member in &mut members {
-            member.child = Some(cluster.spawn(member));
+        let mut cluster = EtcdCluster { members, initial_cluster, tls, _dir: dir };
+        for i in 0..n {
+            let child = cluster.spawn(&cluster.members[i], &binary(i));
+            cluster.members[i].child = Some(child);
         }
-        cluster.members = members;
         cluster.wait_healthy(Duration::from_secs(30)).await;
         cluster
     }
 
-    fn spawn(&self, member: &Member) -> Child {
-        let mut command = Command::new(etcd_binary());
+    fn spawn(&self, member: &Member, binary: &str) -> Child {
+        let mut command = Command::new(binary);
         if let Some((ca, server)) = &self.tls {
             command
                 .arg("--cert-file")
@@ -89,9 +104,9 @@ impl EtcdCluster {
             .args(["--log-level", "error", "--logger", "zap"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd (Debian package etcd-server; scripts/check installs it)")
+            .stderr(Stdio::null());
+        Child::spawn(command)
+            .unwrap_or_else(|e| panic!("start {binary} (Debian package etcd-server; scripts/check installs it): {e}"))
     }
 
     /// All client URLs, comma-separated, as `--etcd-endpoints` takes them.
@@ -161,24 +176,21 @@ impl EtcdCluster {
 
     /// kill -9 of member `i`.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // Dropping the child kills it and reaps it.
+        self.members[i].child = None;
     }
 
     /// Starts a killed member again, on its data dir.
     pub fn restart(&mut self, i: usize) {
         if self.members[i].child.is_none() {
-            let child = self.spawn(&self.members[i]);
+            let child = self.spawn(&self.members[i], &etcd_binary());
             self.members[i].child = Some(child);
         }
     }
 
     fn signal(&self, i: usize, signal: &str) {
         if let Some(child) = &self.members[i].child {
-            let status = Command::new("kill").args(["-s", signal, &child.id().to_string()]).status().unwrap();
-            assert!(status.success());
+            child.signal(signal_number(signal));
         }
     }
 
@@ -195,11 +207,9 @@ impl EtcdCluster {
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
+        // A paused member is killed as well: SIGKILL needs no SIGCONT.
         for member in &mut self.members {
-            if let Some(mut child) = member.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            member.child = None;
         }
     }
 }

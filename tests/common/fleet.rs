@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::etcd::EtcdCluster;
-use super::{HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value};
+use super::{
+    EXIT_LIMIT, HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value, output_within,
+};
 use snowmint::layout::Layout;
 
 /// libfaketime's multi-threaded library, from Debian's `faketime`.
@@ -119,12 +121,13 @@ impl Node {
         self.process = Some(process);
     }
 
-    /// Runs the binary with this node's arguments to completion: (exit code, stderr).
+    /// Runs the binary with this node's arguments to completion, at most [`EXIT_LIMIT`]:
+    /// (exit code, stderr).
     pub fn run_to_exit(&self, extra: &[&str]) -> (i32, String) {
         let mut command = self.command();
         command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(self.args(extra));
-        let output = command.output().unwrap();
-        (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+        let output = output_within(command, EXIT_LIMIT);
+        (output.code, output.stderr)
     }
 
     /// Stops the hammer and keeps its log.
@@ -313,6 +316,17 @@ pub fn worker_of(id: u64) -> u64 {
     Layout::default_snowmint().unpack(id).worker
 }
 
+/// The Unix ms at which the tick of an ID of the default layout starts.
+fn tick_ms(id: u64) -> i64 {
+    let layout = Layout::default_snowmint();
+    layout.tick_start_ms(layout.unpack(id).tick)
+}
+
+/// This host's wall clock (not a node's faked one), in Unix ms.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
 // ---- The faults. Each injects one fault into the fleet, checks what it must, and
 // ---- records an outcome. Bounds are generous: CI runs on a loaded 2-core machine.
 
@@ -419,6 +433,7 @@ pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
     let mut etcd = fleet.cluster.as_ref().unwrap().client().await;
     fleet.nodes[i].signal("STOP");
     let paused = Instant::now();
+    let paused_ms = wall_ms();
     // Wait for the lease to expire and the slot to be free, then let a newcomer take it.
     let key = format!("{prefix}/workers/{old_worker}");
     while super::etcd::get(&mut etcd, &key).await.is_some() {
@@ -437,13 +452,18 @@ pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
     let before_resume = node.live_ids().len();
     node.signal("CONT");
     let resumed = Instant::now();
+    let resumed_ms = wall_ms();
     let recovery = node.recovered_after(resumed, Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after: Vec<u64> = node.live_ids()[before_resume..].to_vec();
+    let on_lost_slot: Vec<i64> =
+        after.iter().filter(|&&id| worker_of(id) == old_worker).map(|&id| tick_ms(id)).collect();
     assert!(
-        after.iter().all(|&id| worker_of(id) != old_worker),
-        "{}: minted on its lost slot {old_worker} after SIGCONT",
-        node.name
+        on_lost_slot.is_empty(),
+        "{}: minted on its lost slot {old_worker} after SIGCONT, at {on_lost_slot:?} (Unix ms; paused at {paused_ms}, \
+         resumed at {resumed_ms}; the newcomer's first ID at {})",
+        node.name,
+        tick_ms(newcomer_first)
     );
     assert!(
         node.live_ids().iter().filter(|&&id| worker_of(id) == old_worker).all(|&id| id < newcomer_first),

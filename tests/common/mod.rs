@@ -1,8 +1,13 @@
 //! Helpers shared by the integration tests: an in-process server on `127.0.0.1:0` with an
 //! injectable clock, the real binary as a child process, and gRPC clients.
+//!
+//! Nothing here waits without a limit: every call made through these clients has a
+//! deadline, every task and child process is awaited with a timeout, and children die with
+//! the test (see [`child`]). A bug that makes something hang fails its test.
 
 #![allow(dead_code)]
 
+pub mod child;
 pub mod etcd;
 pub mod fleet;
 pub mod tls;
@@ -10,7 +15,7 @@ pub mod tls;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -23,6 +28,33 @@ use snowmint::store::file::StandaloneConfig;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+
+pub use child::{Child, Output, output_within};
+
+/// The longest any call of a test's client may take: far beyond any call's expected time,
+/// so reaching it means something hangs.
+pub const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// The longest a start that should fail may take to exit (an etcd start gives up after its
+/// `--etcd-start-timeout-ms`, which tests keep to a few seconds).
+pub const EXIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Awaits `task`, at most `limit`, and returns its output; a task that panicked or did not
+/// finish in time fails the test.
+pub async fn join_within<T>(task: tokio::task::JoinHandle<T>, limit: Duration, what: &str) -> T {
+    match tokio::time::timeout(limit, task).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => panic!("{what} failed: {e}"),
+        Err(_) => panic!("{what} did not finish within {limit:?}"),
+    }
+}
+
+/// The test of a file that serializes its tests holds this while it runs: their timing
+/// bounds assume the machine is not also running another test's cluster or fleet.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
 
 /// The default server configuration for tests, with its state in `state_dir`.
 pub fn config(state_dir: &Path) -> ServeConfig {
@@ -95,9 +127,21 @@ impl TestServer {
     }
 }
 
-/// A gRPC client for `addr`, connected at once.
+/// A channel to `addr`, connected at once, on which no call takes longer than
+/// [`CALL_LIMIT`].
+pub async fn channel(addr: SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(CALL_LIMIT)
+        .timeout(CALL_LIMIT)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A gRPC client for `addr`, connected at once; no call takes longer than [`CALL_LIMIT`].
 pub async fn client(addr: SocketAddr) -> IdServiceClient<Channel> {
-    IdServiceClient::connect(format!("http://{addr}")).await.expect("connect")
+    IdServiceClient::new(channel(addr).await)
 }
 
 /// A minimal HTTP/1.1 GET over a fresh connection: (status, body).
@@ -105,14 +149,21 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     try_http_get(addr, path).await.unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
 }
 
-/// Like [`http_get`], with connection errors returned.
+/// Like [`http_get`], with connection errors (and a server silent for [`CALL_LIMIT`])
+/// returned.
 pub async fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(CALL_LIMIT, exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {CALL_LIMIT:?}")))??;
     let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((status, body))
@@ -144,17 +195,22 @@ pub fn assert_increasing(ids: &[u64]) {
     }
 }
 
-/// The snowmint binary, run as a child process with JSON logs. Killed when dropped.
+/// The snowmint binary, run as a child process with JSON logs. Killed when dropped, or when
+/// the test binary dies.
 pub struct Process {
     pub child: Child,
     pub grpc: SocketAddr,
     pub admin: SocketAddr,
     /// Log lines after the listening line, as they arrive.
     pub logs: mpsc::Receiver<String>,
+    /// Log lines before the listening line, not yet drained.
+    early: Vec<String>,
 }
 
+/// The binary under test: this build's, or `SNOWMINT_TEST_BIN` (to run a test against an
+/// older build, and see it fail there).
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_snowmint"))
+    std::env::var_os("SNOWMINT_TEST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_snowmint")), PathBuf::from)
 }
 
 impl Process {
@@ -171,8 +227,8 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn snowmint");
-        let stderr = child.stderr.take().unwrap();
+        let mut child = Child::spawn(command).expect("spawn snowmint");
+        let stderr = child.stderr().unwrap();
         let (tx, logs) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -186,15 +242,20 @@ impl Process {
             let line = match logs.recv_timeout(Duration::from_secs(30)) {
                 Ok(line) => line,
                 Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    child.kill();
                     panic!("snowmint did not start; output:\n{}", seen.join("\n"));
                 }
             };
             if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line)
                 && let (Some(grpc), Some(admin)) = (json["grpc_addr"].as_str(), json["admin_addr"].as_str())
             {
-                return Process { grpc: grpc.parse().unwrap(), admin: admin.parse().unwrap(), child, logs };
+                return Process {
+                    grpc: grpc.parse().unwrap(),
+                    admin: admin.parse().unwrap(),
+                    child,
+                    logs,
+                    early: seen,
+                };
             }
             seen.push(line);
         }
@@ -204,9 +265,9 @@ impl Process {
         self.child.id() as i32
     }
 
+    /// Sends the signal named as `kill -s` takes it (`TERM`, `KILL`, `STOP`, ...).
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args(["-s", signal, &self.pid().to_string()]).status().unwrap();
-        assert!(status.success(), "kill -s {signal}");
+        self.child.signal(child::signal_number(signal));
     }
 
     /// Waits for the process to exit, at most `limit`; its exit status. Async, so the
@@ -214,7 +275,7 @@ impl Process {
     pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
         let start = std::time::Instant::now();
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.child.try_wait() {
                 return status;
             }
             assert!(start.elapsed() < limit, "process did not exit within {limit:?}");
@@ -222,40 +283,58 @@ impl Process {
         }
     }
 
-    /// Log lines received so far.
-    pub fn drain_logs(&self) -> Vec<String> {
-        self.logs.try_iter().collect()
+    /// Log lines received so far and not drained before, those before the listening line
+    /// included.
+    pub fn drain_logs(&mut self) -> Vec<String> {
+        let mut lines = std::mem::take(&mut self.early);
+        lines.extend(self.logs.try_iter());
+        lines
+    }
+
+    /// Waits, at most `limit`, for a log line containing `needle`; the lines drained up to
+    /// and with it.
+    pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> Vec<String> {
+        let start = std::time::Instant::now();
+        let mut lines = self.drain_logs();
+        while !lines.iter().any(|line| line.contains(needle)) {
+            assert!(start.elapsed() < limit, "no log line with {needle:?} within {limit:?}:\n{}", lines.join("\n"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lines.extend(self.drain_logs());
+        }
+        lines
     }
 
     pub async fn client(&self) -> IdServiceClient<Channel> {
         client(self.grpc).await
     }
-}
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// The status code of `/readyz`.
+    pub async fn admin_ready(&self) -> u16 {
+        http_get(self.admin, "/readyz").await.0
     }
 }
 
-/// Runs the binary with `args` to completion: (exit code, stdout, stderr).
+/// Runs the binary with `args` to completion, at most [`EXIT_LIMIT`]: (exit code, stdout,
+/// stderr).
 pub fn run_binary(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(binary()).args(args).stdin(Stdio::null()).output().expect("run snowmint");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let mut command = Command::new(binary());
+    command.args(args);
+    let Output { code, stdout, stderr } = output_within(command, EXIT_LIMIT);
+    (code, stdout, stderr)
 }
 
 /// Runs `snowmint serve` on loopback ports with `args`, expecting it to exit (a start that
-/// fails): (exit code, stderr).
-pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
-    let mut full = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
-    full.extend_from_slice(args);
-    let (code, _, stderr) = run_binary(&full);
+/// fails) within `limit`: (exit code, stderr). A start that runs instead fails the test.
+pub fn serve_to_exit_within(args: &[&str], limit: Duration) -> (i32, String) {
+    let mut command = Command::new(binary());
+    command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(args);
+    let Output { code, stderr, .. } = output_within(command, limit);
     (code, stderr)
+}
+
+/// [`serve_to_exit_within`] [`EXIT_LIMIT`].
+pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
+    serve_to_exit_within(args, EXIT_LIMIT)
 }
 
 /// Calls NextId until it succeeds, at most `limit`; every UNAVAILABLE on the way is allowed.
@@ -304,6 +383,7 @@ pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tok
     let log = Arc::new(std::sync::Mutex::new(HammerLog::default()));
     let task = hammer_into(addr, stop, log.clone(), Duration::ZERO);
     tokio::spawn(async move {
+        // A hammer's calls end within their 500 ms deadline; once stopped, it ends after one.
         task.await.unwrap();
         std::mem::take(&mut *log.lock().unwrap())
     })
@@ -358,4 +438,43 @@ pub fn hammer_into(
             }
         }
     })
+}
+
+/// Calls the unary method at `path` with an empty request message over a bare HTTP/2
+/// connection, telling the server the deadline `grpc_timeout` (e.g. `150m`) without
+/// enforcing it here, unlike a tonic client: the outcome and its timing are the server's
+/// alone. Returns the call's code and message.
+pub async fn call_with_unenforced_deadline(addr: SocketAddr, path: &str, grpc_timeout: &str) -> (tonic::Code, String) {
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+        tokio::spawn(connection);
+        let mut h2 = h2.ready().await.expect("HTTP/2 ready");
+        let request = tonic::codegen::http::Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("grpc-timeout", grpc_timeout)
+            .body(())
+            .unwrap();
+        let (response, mut send) = h2.send_request(request, false).expect("send the request");
+        // A gRPC frame holding an empty message: not compressed, 0 bytes long.
+        send.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0, 0, 0]), true).expect("send the message");
+        let response = response.await.expect("response headers");
+        let status_of = |headers: &tonic::codegen::http::HeaderMap| {
+            let code = headers.get("grpc-status").map(|v| tonic::Code::from_bytes(v.as_bytes()))?;
+            let message = headers.get("grpc-message").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            Some((code, message.unwrap_or_default()))
+        };
+        if let Some(status) = status_of(response.headers()) {
+            return status;
+        }
+        let mut body = response.into_body();
+        while let Some(data) = body.data().await {
+            let data = data.expect("response body");
+            let _ = body.flow_control().release_capacity(data.len());
+        }
+        let trailers = body.trailers().await.expect("trailers").expect("trailers with the status");
+        status_of(&trailers).expect("a grpc-status in the trailers")
+    };
+    tokio::time::timeout(CALL_LIMIT, exchange).await.expect("the server answers")
 }

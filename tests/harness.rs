@@ -1,0 +1,158 @@
+//! The test helpers themselves: a test binary that is killed leaves no child running, a
+//! cluster start that fails part-way leaves no member running, and a start that should fail
+//! but runs fails its test within a limit instead of hanging it.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::etcd::EtcdCluster;
+use common::{Process, serve_to_exit_within};
+
+/// Where the helper run says it has started its children.
+const READY_FILE: &str = "SNOWMINT_HARNESS_READY_FILE";
+
+/// A process as `/proc/<pid>/stat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proc {
+    pid: i32,
+    name: String,
+    parent: i32,
+    /// Since boot, in clock ticks: with the pid, it tells this process from a later one that
+    /// reuses the pid.
+    started: u64,
+}
+
+fn proc_of(pid: i32) -> Option<(Proc, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (name) state ppid ...`; the name may hold spaces and parentheses.
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let name = head.split_once(" (")?.1.to_string();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let parent = fields.get(1)?.parse().ok()?;
+    let started = fields.get(19)?.parse().ok()?;
+    Some((Proc { pid, name, parent, started }, state))
+}
+
+/// The running (not zombie) children of process `parent`.
+fn children_of(parent: i32) -> Vec<Proc> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse().ok()) else { continue };
+        if let Some((proc, state)) = proc_of(pid)
+            && proc.parent == parent
+            && state != 'Z'
+        {
+            children.push(proc);
+        }
+    }
+    children
+}
+
+/// Whether `proc` still runs (a zombie is dead; a new process on its pid is another).
+fn still_runs(proc: &Proc) -> bool {
+    matches!(proc_of(proc.pid), Some((now, state)) if now.started == proc.started && state != 'Z')
+}
+
+/// Waits up to `limit` for every one of `procs` to be gone; kills (SIGKILL) and returns the
+/// ones that are not, so a failing test leaves nothing behind either.
+fn survivors(procs: &[Proc], limit: Duration) -> Vec<Proc> {
+    let start = Instant::now();
+    loop {
+        let running: Vec<Proc> = procs.iter().filter(|proc| still_runs(proc)).cloned().collect();
+        if running.is_empty() || start.elapsed() >= limit {
+            for proc in &running {
+                // SAFETY: kill has no memory effects; each pid was checked to still be the
+                // process this test saw start.
+                unsafe { libc::kill(proc.pid, libc::SIGKILL) };
+            }
+            return running;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Not a test of its own: run as a separate process by
+/// `a_killed_test_binary_leaves_no_child_running`, which kills it. Starts an etcd and a
+/// snowmint, says so, and waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a helper, run by a_killed_test_binary_leaves_no_child_running"]
+async fn start_children_and_wait_to_be_killed() {
+    let Ok(ready) = std::env::var(READY_FILE) else { return };
+    let cluster = EtcdCluster::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let process = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    std::fs::write(ready, "ready").unwrap();
+    // Killed long before this; if not, everything stops as it drops.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    drop((process, cluster));
+}
+
+/// A test binary killed with SIGKILL (a CI job cancelled, a timeout) gets no chance to drop
+/// anything; its children (etcd, snowmint) must die with it all the same.
+#[test]
+fn a_killed_test_binary_leaves_no_child_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    // Killed on every path out of this test.
+    struct Helper(std::process::Child);
+    impl Drop for Helper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut helper = Helper(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "start_children_and_wait_to_be_killed", "--nocapture"])
+            .env(READY_FILE, &ready)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while !Path::new(&ready).exists() {
+        assert!(helper.0.try_wait().unwrap().is_none(), "the helper ended before its children started");
+        assert!(start.elapsed() < Duration::from_secs(60), "the helper never started its children");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let children = children_of(helper.0.id() as i32);
+    let names: Vec<&str> = children.iter().map(|child| child.name.as_str()).collect();
+    assert!(names.contains(&"etcd") && names.contains(&"snowmint"), "the helper's children: {names:?}");
+
+    helper.0.kill().unwrap();
+    helper.0.wait().unwrap();
+    let left = survivors(&children, Duration::from_secs(5));
+    assert!(left.is_empty(), "still running 5 s after their test binary was killed (now killed): {left:?}");
+}
+
+/// A cluster whose third member cannot be started: the start fails, and the two members
+/// already running are killed as it unwinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_start_that_fails_part_way_leaves_no_member_running() {
+    let before = children_of(std::process::id() as i32);
+    let start = tokio::spawn(EtcdCluster::start_members(3, None, |i| {
+        if i < 2 { "etcd".to_string() } else { "/nonexistent/etcd".to_string() }
+    }));
+    let failed = tokio::time::timeout(Duration::from_secs(30), start).await.expect("the start ends");
+    assert!(failed.is_err_and(|e| e.is_panic()), "a start with a missing binary failed");
+    let started: Vec<Proc> = children_of(std::process::id() as i32)
+        .into_iter()
+        .filter(|child| child.name == "etcd" && !before.contains(child))
+        .collect();
+    let left = survivors(&started, Duration::from_secs(5));
+    assert!(left.is_empty(), "members left running by the failed start (now killed): {left:?}");
+}
+
+/// A start that should fail but runs (the very bug start-up tests guard against) fails its
+/// test when the limit passes, instead of hanging it.
+#[test]
+#[should_panic(expected = "was still running after 2s; killed")]
+fn a_start_that_should_fail_but_runs_fails_its_test_within_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    serve_to_exit_within(&["--state-dir", dir.path().to_str().unwrap()], Duration::from_secs(2));
+}
