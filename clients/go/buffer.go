@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/status"
 )
 
 // buffer holds prefetched IDs. Every field is guarded by mu; an ID leaves the buffer under
@@ -56,7 +58,8 @@ func (b *buffer) wakeLocked() {
 }
 
 // nextBuffered pops an ID, waiting for a refill when the buffer is empty. It waits until
-// ctx ends or, without a deadline on ctx, as long as one unbuffered call could take.
+// ctx ends (returning its error as a gRPC status, as an unbuffered call would) or, without a
+// deadline on ctx, as long as one unbuffered call could take.
 func (c *Client) nextBuffered(ctx context.Context) (uint64, error) {
 	b := c.buf
 	var timeout <-chan time.Time
@@ -84,7 +87,7 @@ func (c *Client) nextBuffered(ctx context.Context) (uint64, error) {
 		select {
 		case <-filled:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, status.FromContextError(ctx.Err()).Err()
 		case <-c.background.Done():
 			return 0, ErrClosed
 		case <-timeout:
