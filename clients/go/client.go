@@ -197,7 +197,7 @@ func (c *Client) Batch(ctx context.Context, n int) ([]uint64, error) {
 	if c.background.Err() != nil {
 		return nil, ErrClosed
 	}
-	if n < 0 || n > math.MaxUint32 {
+	if n < 0 || uint64(n) > math.MaxUint32 {
 		return nil, status.Errorf(codes.InvalidArgument, "snowmint: batch size %d out of range", n)
 	}
 	return c.batch(ctx, uint32(n))
