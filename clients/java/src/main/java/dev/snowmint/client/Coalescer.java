@@ -7,8 +7,9 @@ import java.util.concurrent.CompletableFuture;
 
 /**
  * Serves unbuffered {@code nextId()} calls: every caller waiting while a call is in flight is
- * served by the next call, one {@code BatchIds} for all of them, so a burst of callers costs a
- * round trip, not one each.
+ * served by the next call, one {@code BatchIds} for all of them ({@code NextId} for one), so a
+ * burst of callers costs a round trip, not one each. As the Rust client does; an optimization
+ * beyond the client contract.
  */
 final class Coalescer {
 
@@ -24,7 +25,11 @@ final class Coalescer {
         this.pool = pool;
     }
 
-    CompletableFuture<Long> nextId() {
+    /**
+     * One ID, waiting until {@code deadline} ({@link System#nanoTime()}) at most; without one
+     * ({@link EndpointPool#NO_DEADLINE}), the shared call's attempts bound the wait.
+     */
+    CompletableFuture<Long> nextId(long deadline) {
         CompletableFuture<Long> id = new CompletableFuture<>();
         boolean start;
         synchronized (this) {
@@ -35,7 +40,7 @@ final class Coalescer {
         if (start) {
             fetchForWaiting();
         }
-        return id;
+        return deadline == EndpointPool.NO_DEADLINE ? id : Waits.bounded(id, deadline - System.nanoTime(), true);
     }
 
     /** One call for every caller waiting now; when it ends, the same for those who came since. */
@@ -44,7 +49,7 @@ final class Coalescer {
         synchronized (this) {
             while (callers.size() < MAX_PER_CALL && !waiting.isEmpty()) {
                 CompletableFuture<Long> caller = waiting.poll();
-                if (!caller.isDone()) { // not cancelled meanwhile
+                if (!caller.isDone()) { // not timed out or cancelled meanwhile
                     callers.add(caller);
                 }
             }
@@ -53,7 +58,7 @@ final class Coalescer {
                 return;
             }
         }
-        pool.fetch(callers.size()).whenComplete((ids, error) -> {
+        pool.fetch(callers.size(), EndpointPool.NO_DEADLINE).whenComplete((ids, error) -> {
             for (int i = 0; i < callers.size(); i++) {
                 if (error == null) {
                     callers.get(i).complete(ids[i]);

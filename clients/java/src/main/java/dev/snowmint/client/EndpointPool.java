@@ -7,13 +7,10 @@ import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.StreamObserver;
-import java.net.URI;
-import java.net.URISyntaxException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Executor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import snowmint.v1.IdServiceGrpc;
@@ -23,30 +20,37 @@ import snowmint.v1.Snowmint.NextIdRequest;
 import snowmint.v1.Snowmint.NextIdResponse;
 
 /**
- * The connections to every endpoint, and which one to use next. A call that is refused
- * ({@code UNAVAILABLE}) or fails in transport moves to the next endpoint, and the pool stays
- * there for later calls; any other error is returned as it is.
+ * The connections to every endpoint, and which one to use next. An attempt that is refused
+ * ({@code UNAVAILABLE}), fails in transport (also {@code UNAVAILABLE}) or gets no answer within
+ * its deadline moves the call to the next endpoint, which later calls keep using; any other
+ * error is returned as it is.
  */
 final class EndpointPool {
 
-    /** One endpoint: its URL as given, and its channel. */
-    private record Endpoint(String url, ManagedChannel channel, IdServiceGrpc.IdServiceStub stub) {}
+    /** A call with no deadline of its own: only its attempts bound it. */
+    static final long NO_DEADLINE = Long.MAX_VALUE;
+
+    private static final long FIRST_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(10);
+    private static final long MAX_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(320);
+
+    /** One endpoint: its address as given, and its channel. */
+    private record Endpoint(String address, ManagedChannel channel, IdServiceGrpc.IdServiceStub stub) {}
 
     private final List<Endpoint> endpoints;
     /** Index of the endpoint to try first; always below {@code endpoints.size()}. */
     private final AtomicInteger current = new AtomicInteger();
-    private final long deadlineNanos;
+    private final long timeoutNanos;
     private final int attempts;
     private volatile boolean closed;
 
-    EndpointPool(List<String> urls, Duration deadline, int attempts) {
-        this.deadlineNanos = deadline.toNanos();
+    EndpointPool(List<String> addresses, Duration timeout, int attempts) {
+        this.timeoutNanos = timeout.toNanos();
         this.attempts = attempts;
         List<Endpoint> endpoints = new ArrayList<>();
         try {
-            for (String url : urls) {
-                ManagedChannel channel = channel(url);
-                endpoints.add(new Endpoint(url, channel, IdServiceGrpc.newStub(channel)));
+            for (String address : addresses) {
+                ManagedChannel channel = channel(address);
+                endpoints.add(new Endpoint(address, channel, IdServiceGrpc.newStub(channel)));
             }
         } catch (RuntimeException e) {
             endpoints.forEach(endpoint -> endpoint.channel().shutdownNow());
@@ -56,65 +60,76 @@ final class EndpointPool {
     }
 
     /**
-     * A channel for {@code http://host:port} (plain text) or {@code https://host:port} (TLS with
-     * the JVM's trusted roots). Connections open lazily, on the first call.
+     * A channel for {@code host:port} or {@code http://host:port} (plain text), or
+     * {@code https://host:port} (TLS with the JVM's trusted roots). Connections open lazily, on
+     * the first call.
      */
-    private static ManagedChannel channel(String url) {
-        URI uri;
-        try {
-            uri = new URI(url);
-        } catch (URISyntaxException e) {
-            throw new IllegalArgumentException("invalid endpoint \"" + url + "\": " + e.getMessage(), e);
-        }
-        ChannelCredentials credentials;
-        if ("http".equals(uri.getScheme())) {
-            credentials = InsecureChannelCredentials.create();
-        } else if ("https".equals(uri.getScheme())) {
+    private static ManagedChannel channel(String address) {
+        ChannelCredentials credentials = InsecureChannelCredentials.create();
+        String hostPort = address;
+        if (address.startsWith("https://")) {
             credentials = TlsChannelCredentials.create();
-        } else {
-            throw new IllegalArgumentException(
-                    "invalid endpoint \"" + url + "\": expected http://host:port or https://host:port");
+            hostPort = address.substring("https://".length());
+        } else if (address.startsWith("http://")) {
+            hostPort = address.substring("http://".length());
         }
-        if (uri.getHost() == null || uri.getPort() < 0) {
-            throw new IllegalArgumentException(
-                    "invalid endpoint \"" + url + "\": expected http://host:port or https://host:port");
+        int colon = hostPort.lastIndexOf(':');
+        String host = colon > 0 ? hostPort.substring(0, colon) : "";
+        String port = colon > 0 ? hostPort.substring(colon + 1) : "";
+        if (host.isEmpty() || host.contains("/") || !port.matches("[0-9]{1,5}") || Integer.parseInt(port) > 65535) {
+            throw new IllegalArgumentException("invalid endpoint \"" + address
+                    + "\": expected host:port, http://host:port or https://host:port");
         }
-        String host = uri.getHost().replaceAll("^\\[(.*)]$", "$1");
-        return Grpc.newChannelBuilderForAddress(host, uri.getPort(), credentials).build();
+        host = host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host;
+        return Grpc.newChannelBuilderForAddress(host, Integer.parseInt(port), credentials).build();
     }
 
-    /** How many endpoints there are. */
-    int size() {
-        return endpoints.size();
+    /** The longest a call without a deadline of its own may take: every attempt's timeout. */
+    long longestCallNanos() {
+        return timeoutNanos * attempts;
     }
 
     /**
      * {@code count} IDs from one server ({@code NextId} for one, {@code BatchIds} for more),
-     * trying endpoint after endpoint on refusals and transport failures, up to the attempt
-     * limit, with a short pause after each full round.
+     * trying endpoint after endpoint on refusals, transport failures and attempt timeouts, up to
+     * the attempt limit and {@code deadline} ({@link System#nanoTime()}, or
+     * {@link #NO_DEADLINE}). Cancelling the returned future stops further attempts.
      */
-    CompletableFuture<long[]> fetch(int count) {
+    CompletableFuture<long[]> fetch(int count, long deadline) {
         CompletableFuture<long[]> result = new CompletableFuture<>();
-        attempt(count, 0, result);
+        attempt(count, 0, deadline, null, result);
         return result;
     }
 
-    private void attempt(int count, int attempt, CompletableFuture<long[]> result) {
+    private void attempt(int count, int attempt, long deadline, String last, CompletableFuture<long[]> result) {
+        if (result.isDone()) {
+            return; // cancelled by the caller
+        }
         if (closed) {
             result.completeExceptionally(new IllegalStateException("the snowmint client is closed"));
             return;
         }
+        long attemptNanos = timeoutNanos;
+        if (deadline != NO_DEADLINE) {
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                result.completeExceptionally(deadlinePassed(attempt, last));
+                return;
+            }
+            attemptNanos = Math.min(attemptNanos, left);
+        }
         int index = current.get();
         Endpoint endpoint = endpoints.get(index);
-        call(endpoint, count).whenComplete((ids, error) -> {
+        call(endpoint, count, attemptNanos).whenComplete((ids, error) -> {
             if (error == null) {
                 result.complete(ids);
                 return;
             }
             Status status = Status.fromThrowable(error);
-            if (!retriable(status)) {
+            String failure = endpoint.address() + ": " + describe(status);
+            if (!failsOver(status)) {
                 result.completeExceptionally(new SnowmintRejectedException(
-                        "the server at " + endpoint.url() + " rejected the request: " + describe(status), status));
+                        "the server at " + endpoint.address() + " rejected the request: " + describe(status), status));
                 return;
             }
             // Move on from this endpoint, unless another call already did.
@@ -122,21 +137,30 @@ final class EndpointPool {
             int next = attempt + 1;
             if (next >= attempts) {
                 result.completeExceptionally(new SnowmintUnavailableException(String.format(
-                        "every endpoint refused or failed (%d attempts over %d endpoints); last, %s: %s",
-                        attempts, endpoints.size(), endpoint.url(), describe(status)), status));
-            } else if (next % endpoints.size() == 0) {
-                // Every endpoint tried once more: back off a little before going round again.
-                Executor later = CompletableFuture.delayedExecutor(
-                        10L << Math.min(next / endpoints.size() - 1, 5), TimeUnit.MILLISECONDS);
-                later.execute(() -> attempt(count, next, result));
+                        "every endpoint refused or failed (%d attempts over %d endpoints); last, %s",
+                        attempts, endpoints.size(), failure), status));
+            } else if (next >= endpoints.size()) {
+                // Every endpoint tried: wait before each further attempt, 10 ms doubling to 320 ms.
+                long backoff = Math.min(FIRST_BACKOFF_NANOS << Math.min(next - endpoints.size(), 5), MAX_BACKOFF_NANOS);
+                if (deadline != NO_DEADLINE) {
+                    backoff = Math.max(0, Math.min(backoff, deadline - System.nanoTime()));
+                }
+                CompletableFuture.delayedExecutor(backoff, TimeUnit.NANOSECONDS)
+                        .execute(() -> attempt(count, next, deadline, failure, result));
             } else {
-                attempt(count, next, result);
+                attempt(count, next, deadline, failure, result);
             }
         });
     }
 
-    private CompletableFuture<long[]> call(Endpoint endpoint, int count) {
-        IdServiceGrpc.IdServiceStub stub = endpoint.stub().withDeadlineAfter(deadlineNanos, TimeUnit.NANOSECONDS);
+    /** The caller's own deadline passed: the call ends, retriable later. */
+    static SnowmintUnavailableException deadlinePassed(int attempts, String last) {
+        String tried = attempts == 0 ? "" : " (" + attempts + " attempts; last, " + last + ")";
+        return new SnowmintUnavailableException("no IDs within the call's timeout" + tried, Status.DEADLINE_EXCEEDED);
+    }
+
+    private CompletableFuture<long[]> call(Endpoint endpoint, int count, long timeoutNanos) {
+        IdServiceGrpc.IdServiceStub stub = endpoint.stub().withDeadlineAfter(timeoutNanos, TimeUnit.NANOSECONDS);
         if (count == 1) {
             Unary<NextIdResponse> response = new Unary<>();
             stub.nextId(NextIdRequest.getDefaultInstance(), response);
@@ -160,15 +184,12 @@ final class EndpointPool {
     }
 
     /**
-     * Whether another endpoint may succeed: a refusal ({@code UNAVAILABLE}), or the call's
-     * fate unknown because of the transport or the deadline. A lost reply costs unused IDs,
-     * never duplicates, so trying again is always safe.
+     * Whether another endpoint may succeed: a refusal or a transport failure
+     * ({@code UNAVAILABLE}), or no answer within the attempt's deadline. A lost reply costs
+     * unused IDs, never duplicates, so trying again is always safe.
      */
-    private static boolean retriable(Status status) {
-        return switch (status.getCode()) {
-            case UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN, CANCELLED -> true;
-            default -> false;
-        };
+    private static boolean failsOver(Status status) {
+        return status.getCode() == Status.Code.UNAVAILABLE || status.getCode() == Status.Code.DEADLINE_EXCEEDED;
     }
 
     private static String describe(Status status) {
@@ -177,13 +198,17 @@ final class EndpointPool {
                 : status.getCode() + ": " + status.getDescription();
     }
 
-    /** Stops new calls, lets calls in flight finish within the deadline, then cuts the rest. */
+    boolean isClosed() {
+        return closed;
+    }
+
+    /** Stops new calls, lets calls in flight finish within the timeout, then cuts the rest. */
     void close() {
         closed = true;
         endpoints.forEach(endpoint -> endpoint.channel().shutdown());
         try {
             for (Endpoint endpoint : endpoints) {
-                endpoint.channel().awaitTermination(deadlineNanos, TimeUnit.NANOSECONDS);
+                endpoint.channel().awaitTermination(timeoutNanos, TimeUnit.NANOSECONDS);
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

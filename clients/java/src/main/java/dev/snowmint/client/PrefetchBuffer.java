@@ -4,39 +4,43 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The local buffer of prefetched IDs. Refills ({@link BufferConfig#batch()} IDs each, at most
- * {@link BufferConfig#maxRefills()} in flight) start when fewer than
- * {@link BufferConfig#lowWater()} IDs are buffered or on their way. A batch older than
- * {@link BufferConfig#maxAge()} is dropped unused, so the IDs a process hands out stay roughly
+ * {@link BufferConfig#maxRefills()} in flight) start when the IDs buffered plus those on their
+ * way are at or below {@link BufferConfig#lowWater()}. A batch older than
+ * {@link BufferConfig#maxAge()}, counted from when its refill was sent (every ID in it was
+ * minted after that), is dropped unused, so the IDs a process hands out stay roughly
  * time-sorted.
  *
  * <p>Every ID leaves the buffer once, under its lock: handed to one caller, or dropped with its
- * batch. Refills are driven by demand only: after a failed refill nothing is fetched until a
- * caller asks again, so a buffer whose servers are all down costs nothing in the background.
+ * batch. A refill that fails on every endpoint fails the callers waiting, and no refill starts
+ * for 100 ms after it, so callers looping on a down fleet do not hammer it.
  */
 final class PrefetchBuffer {
 
     /** Marks "no ID buffered"; server IDs always have the sign bit clear. */
     static final long EMPTY = -1;
 
+    private static final long RETRY_PAUSE_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
+
     /** One fetched batch, handed out from {@code next} on. */
     private static final class Batch {
         final long[] ids;
-        final long arrivedNanos;
+        final long sentNanos;
         int next;
 
-        Batch(long[] ids, long arrivedNanos) {
+        Batch(long[] ids, long sentNanos) {
             this.ids = ids;
-            this.arrivedNanos = arrivedNanos;
+            this.sentNanos = sentNanos;
         }
     }
 
     private final EndpointPool pool;
     private final BufferConfig config;
     private final long maxAgeNanos;
-    /** Oldest first (batches are appended as they arrive). */
+    /** Oldest arrival first. */
     private final ArrayDeque<Batch> batches = new ArrayDeque<>();
     /** Callers that found the buffer empty, served first by the next batch. */
     private final ArrayDeque<CompletableFuture<Long>> waiting = new ArrayDeque<>();
@@ -44,16 +48,17 @@ final class PrefetchBuffer {
     private long buffered;
     /** Refills in flight. */
     private int refilling;
+    /** No refill starts before this ({@link System#nanoTime()}), after a failed one. */
+    private long pausedUntil;
+    private boolean paused;
+    /** Whether a wake-up at the end of the pause is scheduled. */
+    private boolean wakeScheduled;
 
     PrefetchBuffer(EndpointPool pool, BufferConfig config) {
         this.pool = pool;
         this.config = config;
         this.maxAgeNanos = config.maxAge().toNanos();
-        int refills;
-        synchronized (this) {
-            refills = refillsToStart();
-        }
-        startRefills(refills);
+        wake();
     }
 
     /** An ID from the buffer at once, or {@link #EMPTY}. */
@@ -61,28 +66,39 @@ final class PrefetchBuffer {
         long id;
         int refills;
         synchronized (this) {
-            id = take(System.nanoTime());
-            refills = refillsToStart();
+            long now = System.nanoTime();
+            id = take(now);
+            refills = refillsToStart(now);
         }
         startRefills(refills);
         return id;
     }
 
-    /** An ID from the buffer, or from the next batch to arrive when the buffer is empty. */
-    CompletableFuture<Long> next() {
+    /**
+     * An ID from the buffer, or from the next batch to arrive when the buffer is empty, waiting
+     * until {@code deadline} ({@link System#nanoTime()}) or, without one
+     * ({@link EndpointPool#NO_DEADLINE}), as long as one unbuffered call could take.
+     */
+    CompletableFuture<Long> next(long deadline) {
         long id;
         CompletableFuture<Long> waiter = null;
         int refills;
         synchronized (this) {
-            id = take(System.nanoTime());
+            long now = System.nanoTime();
+            id = take(now);
             if (id == EMPTY) {
                 waiter = new CompletableFuture<>();
                 waiting.add(waiter);
             }
-            refills = refillsToStart();
+            refills = refillsToStart(now);
         }
         startRefills(refills);
-        return waiter == null ? CompletableFuture.completedFuture(id) : waiter;
+        if (waiter == null) {
+            return CompletableFuture.completedFuture(id);
+        }
+        return deadline == EndpointPool.NO_DEADLINE
+                ? Waits.bounded(waiter, pool.longestCallNanos(), false)
+                : Waits.bounded(waiter, deadline - System.nanoTime(), true);
     }
 
     /** Pops one ID, dropping the front batches past their age or used up. Holds the lock. */
@@ -90,7 +106,7 @@ final class PrefetchBuffer {
         Batch front;
         while ((front = batches.peekFirst()) != null) {
             int left = front.ids.length - front.next;
-            if (left > 0 && now - front.arrivedNanos <= maxAgeNanos) {
+            if (left > 0 && now - front.sentNanos <= maxAgeNanos) {
                 buffered--;
                 return front.ids[front.next++];
             }
@@ -101,7 +117,19 @@ final class PrefetchBuffer {
     }
 
     /** How many refills to start now, counted as in flight. Holds the lock. */
-    private int refillsToStart() {
+    private int refillsToStart(long now) {
+        if (pool.isClosed()) {
+            return 0;
+        }
+        if (paused && now - pausedUntil < 0) {
+            if (!wakeScheduled && !waiting.isEmpty()) {
+                // Someone is waiting: start their refill once the pause is over.
+                wakeScheduled = true;
+                CompletableFuture.delayedExecutor(pausedUntil - now, TimeUnit.NANOSECONDS).execute(this::wake);
+            }
+            return 0;
+        }
+        paused = false;
         int start = 0;
         while (refilling < config.maxRefills()
                 && buffered + (long) refilling * config.batch() <= config.lowWater()) {
@@ -111,25 +139,36 @@ final class PrefetchBuffer {
         return start;
     }
 
+    private void wake() {
+        int refills;
+        synchronized (this) {
+            wakeScheduled = false;
+            refills = refillsToStart(System.nanoTime());
+        }
+        startRefills(refills);
+    }
+
     private void startRefills(int count) {
         for (int i = 0; i < count; i++) {
-            pool.fetch(config.batch()).whenComplete(this::arrived);
+            long sent = System.nanoTime();
+            pool.fetch(config.batch(), EndpointPool.NO_DEADLINE).whenComplete((ids, error) -> arrived(sent, ids, error));
         }
     }
 
-    /** A refill ended: serve the waiting callers first, then buffer the rest. */
-    private void arrived(long[] ids, Throwable error) {
+    /** A refill ended: serve the waiting callers first, then buffer the rest; or fail them. */
+    private void arrived(long sent, long[] ids, Throwable error) {
         List<CompletableFuture<Long>> served = new ArrayList<>();
         List<Long> servedIds = new ArrayList<>();
         List<CompletableFuture<Long>> failed = new ArrayList<>();
         int refills = 0;
         synchronized (this) {
             refilling--;
+            long now = System.nanoTime();
             if (error == null) {
-                Batch batch = new Batch(ids, System.nanoTime());
+                Batch batch = new Batch(ids, sent);
                 CompletableFuture<Long> caller;
                 while (batch.next < ids.length && (caller = waiting.poll()) != null) {
-                    if (!caller.isDone()) { // not cancelled meanwhile
+                    if (!caller.isDone()) { // not timed out or cancelled meanwhile
                         served.add(caller);
                         servedIds.add(ids[batch.next++]);
                     }
@@ -138,11 +177,12 @@ final class PrefetchBuffer {
                     batches.addLast(batch);
                     buffered += ids.length - batch.next;
                 }
-                refills = refillsToStart();
-            } else if (refilling == 0) {
-                // No other refill may serve them: they get this one's error.
+                refills = refillsToStart(now);
+            } else {
                 failed.addAll(waiting);
                 waiting.clear();
+                paused = true;
+                pausedUntil = now + RETRY_PAUSE_NANOS;
             }
         }
         for (int i = 0; i < served.size(); i++) {

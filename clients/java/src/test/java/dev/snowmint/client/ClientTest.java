@@ -96,8 +96,9 @@ class ClientTest {
     void callsMoveToTheOtherServerWhenOneIsKilled(boolean buffered) throws Exception {
         try (SnowmintServer first = SnowmintServer.start(1);
                 SnowmintServer second = SnowmintServer.start(2);
-                SnowmintClient client = builder(buffered, first.url(), second.url())
-                        .deadline(Duration.ofMillis(500))
+                // Both spellings of a plain-text endpoint.
+                SnowmintClient client = builder(buffered, first.url(), second.address())
+                        .timeout(Duration.ofMillis(500))
                         .build()) {
             ConcurrentLinkedQueue<Long> ids = new ConcurrentLinkedQueue<>();
             ConcurrentLinkedQueue<Throwable> errors = new ConcurrentLinkedQueue<>();
@@ -154,7 +155,7 @@ class ClientTest {
         try (SnowmintServer refusing = SnowmintServer.startRefusing(3);
                 SnowmintServer good = SnowmintServer.start(4)) {
             // The refusing server does refuse, as UNAVAILABLE.
-            ManagedChannel channel = Grpc.newChannelBuilder(refusing.url().substring("http://".length()),
+            ManagedChannel channel = Grpc.newChannelBuilder(refusing.address(),
                     InsecureChannelCredentials.create()).build();
             try {
                 StatusRuntimeException refusal = assertThrows(StatusRuntimeException.class,
@@ -176,7 +177,7 @@ class ClientTest {
             // Alone, it gives a clear, retriable error within a bounded time, buffered or not.
             for (boolean buffered : new boolean[] {false, true}) {
                 try (SnowmintClient alone = builder(buffered, refusing.url())
-                        .deadline(Duration.ofMillis(300))
+                        .timeout(Duration.ofMillis(300))
                         .build()) {
                     long start = System.nanoTime();
                     SnowmintUnavailableException error =
@@ -249,13 +250,36 @@ class ClientTest {
     }
 
     @Test
+    void aCallerTimeoutBoundsTheWholeCall() throws Exception {
+        try (SnowmintServer refusing = SnowmintServer.startRefusing(10)) {
+            for (boolean buffered : new boolean[] {false, true}) {
+                // Left alone, this call would go on for 50 attempts of a second each.
+                try (SnowmintClient client = builder(buffered, refusing.url()).attempts(50).build()) {
+                    long start = System.nanoTime();
+                    SnowmintUnavailableException error = assertThrows(SnowmintUnavailableException.class,
+                            () -> client.nextId(Duration.ofMillis(300)));
+                    long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+                    assertTrue(took >= 290 && took < 1000, "took " + took + " ms");
+                    assertEquals(Status.Code.DEADLINE_EXCEEDED, error.status().getCode(), error.getMessage());
+                    assertTrue(error.isRetriable());
+                    CompletionException async = assertThrows(CompletionException.class,
+                            () -> client.batchAsync(5, Duration.ofMillis(100)).join());
+                    assertTrue(async.getCause() instanceof SnowmintUnavailableException, async.toString());
+                }
+            }
+        }
+    }
+
+    @Test
     void badEndpointsAreRefusedAtBuild() {
-        for (String endpoint : List.of("127.0.0.1:50051", "grpc://127.0.0.1:50051", "http://127.0.0.1")) {
+        for (String endpoint : List.of("grpc://127.0.0.1:50051", "http://127.0.0.1", "127.0.0.1", "http://:50051",
+                "127.0.0.1:port", "http://127.0.0.1:50051/path")) {
             IllegalArgumentException error = assertThrows(IllegalArgumentException.class,
                     () -> SnowmintClient.builder(endpoint).build());
             assertTrue(error.getMessage().contains(endpoint), error.getMessage());
         }
         assertThrows(IllegalArgumentException.class, () -> SnowmintClient.builder().build());
+        SnowmintClient.builder("127.0.0.1:1", "http://[::1]:2", "https://localhost:3").build().close();
     }
 
     private static SnowmintClient.Builder builder(boolean buffered, String... endpoints) {

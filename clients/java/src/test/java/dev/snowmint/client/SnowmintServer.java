@@ -156,6 +156,11 @@ final class SnowmintServer implements AutoCloseable {
         return "http://" + grpcAddr;
     }
 
+    /** The gRPC endpoint as host:port. */
+    String address() {
+        return grpcAddr;
+    }
+
     /** Kills the process with SIGKILL, as a crash would, and waits for it to be gone. */
     void kill() {
         process.destroyForcibly();
