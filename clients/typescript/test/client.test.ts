@@ -91,7 +91,8 @@ for (const buffered of [false, true]) {
     test('calls keep succeeding on the other server when one is SIGKILLed', TIMEOUT, async () => {
       const first = await r.server(1);
       const second = await r.server(2);
-      const client = r.client([first.url, second.url], { deadlineMs: 500, ...(buffered ? { buffer: SMALL_BUFFER } : {}) });
+      // Both spellings of a plain-text endpoint.
+      const client = r.client([first.url, second.grpcAddr], { timeoutMs: 500, ...(buffered ? { buffer: SMALL_BUFFER } : {}) });
       const ids: bigint[] = [];
       const errors: unknown[] = [];
       let stop = false;
@@ -156,7 +157,7 @@ describe('a refusing server', () => {
 
     // Alone, a clear, retriable error within a bounded time, buffered or not.
     for (const buffer of [false, true]) {
-      const alone = r.client([refusing.url], { deadlineMs: 300, buffer });
+      const alone = r.client([refusing.url], { timeoutMs: 300, buffer });
       const start = performance.now();
       await assert.rejects(alone.nextId(), (error: unknown) => {
         assert.ok(error instanceof UnavailableError, String(error));
@@ -230,9 +231,40 @@ describe('other errors', () => {
   });
 
   test('bad endpoints are refused at construction', () => {
-    for (const endpoint of ['127.0.0.1:50051', 'grpc://127.0.0.1:50051', 'http://127.0.0.1']) {
+    for (const endpoint of ['grpc://127.0.0.1:50051', 'http://127.0.0.1', '127.0.0.1', 'http://:50051', '127.0.0.1:port',
+      'http://127.0.0.1:50051/path']) {
       assert.throws(() => new SnowmintClient(endpoint), (e: Error) => e instanceof TypeError && e.message.includes(endpoint));
     }
     assert.throws(() => new SnowmintClient([]), TypeError);
+    new SnowmintClient(['127.0.0.1:1', 'http://[::1]:2', 'https://localhost:3']).close();
+  });
+});
+
+describe('a caller\'s bounds', () => {
+  const r = resources();
+  test('a timeout bounds the whole call; an abort ends it at once', TIMEOUT, async () => {
+    const refusing = await r.server(10, true);
+    for (const buffer of [false, true]) {
+      // Left alone, this call would go on for 50 attempts of a second each.
+      const client = r.client([refusing.url], { attempts: 50, buffer });
+      let start = performance.now();
+      await assert.rejects(client.nextId({ timeoutMs: 300 }), (error: unknown) => {
+        assert.ok(error instanceof UnavailableError, String(error));
+        assert.equal(error.code, Status.DEADLINE_EXCEEDED);
+        assert.equal(error.retriable, true);
+        return true;
+      });
+      const took = performance.now() - start;
+      assert.ok(took >= 290 && took < 1000, `took ${took} ms`);
+      await assert.rejects(client.batch(5, { timeoutMs: 100 }), UnavailableError);
+
+      const controller = new AbortController();
+      start = performance.now();
+      const call = client.nextId({ signal: controller.signal });
+      setTimeout(() => controller.abort(new Error('no longer needed')), 100);
+      await assert.rejects(call, /no longer needed/);
+      assert.ok(performance.now() - start < 1000);
+      await assert.rejects(client.nextId({ timeoutMs: 0 }), RangeError);
+    }
   });
 });
