@@ -20,4 +20,4 @@ if [ -z "${SNOWMINT_BIN:-}" ]; then
 fi
 
 echo "== java client: mvn test"
-exec mvn -B --no-transfer-progress test
+exec mvn -B --no-transfer-progress -Dstyle.color=never test

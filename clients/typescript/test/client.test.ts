@@ -175,6 +175,22 @@ describe('a refusing server', () => {
 
 describe('the buffer', () => {
   const r = resources();
+  test('a caller looping on a down fleet does not hammer it', TIMEOUT, async () => {
+    const refusing = await r.server(11, true);
+    const client = r.client([refusing.url], { buffer: true });
+    const until = performance.now() + 1000;
+    let failures = 0;
+    while (performance.now() < until) {
+      await assert.rejects(client.nextId(), UnavailableError);
+      failures++;
+    }
+    // After each failed refill, none starts for 100 ms: about ten refills of two attempts in
+    // the second, where a caller looping without the pause makes hundreds.
+    const calls = await refusing.metric('snowmint_requests_total{code="Unavailable",method="BatchIds"}');
+    assert.ok(calls <= 60, `${calls} refused BatchIds calls in a second, ${failures} failures`);
+    assert.ok(failures >= 3, `${failures} failures`);
+  });
+
   test('drops IDs older than maxAge instead of handing them out', TIMEOUT, async () => {
     const server = await r.server(5);
     // No refill before the batch is used up: only the age limit can replace it.

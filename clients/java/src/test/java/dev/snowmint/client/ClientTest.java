@@ -196,6 +196,24 @@ class ClientTest {
     }
 
     @Test
+    void aBufferedCallerLoopingOnADownFleetDoesNotHammerIt() throws Exception {
+        try (SnowmintServer refusing = SnowmintServer.startRefusing(11);
+                SnowmintClient client = SnowmintClient.builder(refusing.url()).buffer(BufferConfig.defaults()).build()) {
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+            int failures = 0;
+            while (System.nanoTime() < until) {
+                assertThrows(SnowmintUnavailableException.class, client::nextId);
+                failures++;
+            }
+            // After each failed refill, none starts for 100 ms: about ten refills of two
+            // attempts in the second, where a caller looping without the pause makes hundreds.
+            double calls = refusing.metric("snowmint_requests_total{code=\"Unavailable\",method=\"BatchIds\"}");
+            assertTrue(calls <= 60, calls + " refused BatchIds calls in a second, " + failures + " failures");
+            assertTrue(failures >= 3, failures + " failures");
+        }
+    }
+
+    @Test
     void staleBufferedIdsAreDroppedNotHandedOut() throws Exception {
         try (SnowmintServer server = SnowmintServer.start(5);
                 SnowmintClient client = SnowmintClient.builder(server.url())
