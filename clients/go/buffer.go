@@ -62,12 +62,7 @@ func (b *buffer) wakeLocked() {
 // deadline on ctx, as long as one unbuffered call could take.
 func (c *Client) nextBuffered(ctx context.Context) (uint64, error) {
 	b := c.buf
-	var timeout <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		timer := time.NewTimer(c.timeout * time.Duration(c.attempts))
-		defer timer.Stop()
-		timeout = timer.C
-	}
+	var timeout <-chan time.Time // made on the first wait only: the common case never waits
 	b.mu.Lock()
 	seen := b.failures
 	for {
@@ -84,6 +79,11 @@ func (c *Client) nextBuffered(ctx context.Context) (uint64, error) {
 		}
 		filled := b.filled
 		b.mu.Unlock()
+		if _, ok := ctx.Deadline(); !ok && timeout == nil {
+			timer := time.NewTimer(c.timeout * time.Duration(c.attempts))
+			defer timer.Stop()
+			timeout = timer.C
+		}
 		select {
 		case <-filled:
 		case <-ctx.Done():
