@@ -14,7 +14,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -39,7 +38,6 @@ class Server:
     """One running `snowmint serve`."""
 
     def __init__(self, binary: str, worker_id: int, state_dir: Path) -> None:
-        self.worker_id = worker_id
         self.proc = subprocess.Popen(
             [
                 binary,
@@ -171,10 +169,3 @@ def assert_unique(ids: list[int]) -> None:
 def assert_increasing(ids: list[int]) -> None:
     for a, b in itertools.pairwise(ids):
         assert a < b, f"batch not strictly increasing: {a} then {b}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout} s"
-        time.sleep(0.01)

@@ -121,20 +121,23 @@ class AsyncClient:
 
     async def _next_buffered(self, buffer: BufferState, timeout: float | None) -> int:
         wait = timeout if timeout is not None else self._rotation.timeout * self._rotation.attempts
-        deadline = time.monotonic() + wait
+        deadline = None  # set on the first wait only: the common case never waits
         seen = buffer.failures
         while True:
             # No await between the pop and its return: on the event loop's one thread, an ID
             # is taken exactly once.
             if self._closed:
                 raise ClientClosedError("the client is closed")
-            id = buffer.pop(time.monotonic())
+            now = time.monotonic()
+            id = buffer.pop(now)
             self._start_refills(buffer)
             if id is not None:
                 return id
             if buffer.failures != seen and buffer.last_error is not None:
                 raise buffer.last_error
-            remaining = deadline - time.monotonic()
+            if deadline is None:
+                deadline = now + wait
+            remaining = deadline - now
             if remaining <= 0:
                 raise UnavailableError(f"no IDs arrived within {wait:g} s")
             with contextlib.suppress(asyncio.TimeoutError):

@@ -61,8 +61,10 @@ class Client:
         self._closed = False
         self._closing = threading.Event()
         self._buffer: BufferState | None = None
-        # Guards the buffer and _closed; notified whenever a refill ends.
-        self._cond = threading.Condition()
+        # _lock guards the buffer and _closed; _cond, on the same lock, is notified whenever a
+        # refill ends. The hot path takes the plain lock: a Condition's own `with` costs more.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         if buffer is not None:
             self._buffer = BufferState(buffer)
             self._refills = ThreadPoolExecutor(buffer.max_refills, thread_name_prefix="snowmint-refill")
@@ -91,7 +93,7 @@ class Client:
     def close(self) -> None:
         """Stops the refills and closes the connections. Calls after it raise
         :class:`ClientClosedError`."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -117,20 +119,23 @@ class Client:
 
     def _next_buffered(self, buffer: BufferState, timeout: float | None) -> int:
         wait = timeout if timeout is not None else self._rotation.timeout * self._rotation.attempts
-        deadline = time.monotonic() + wait
-        with self._cond:
+        deadline = None  # set on the first wait only: the common case never waits
+        with self._lock:
             seen = buffer.failures
             while True:
                 if self._closed:
                     raise ClientClosedError("the client is closed")
-                id = buffer.pop(time.monotonic())
+                now = time.monotonic()
+                id = buffer.pop(now)
                 for _ in range(buffer.refills_to_start()):
                     self._refills.submit(self._refill, buffer)
                 if id is not None:
                     return id
                 if buffer.failures != seen and buffer.last_error is not None:
                     raise buffer.last_error
-                remaining = deadline - time.monotonic()
+                if deadline is None:
+                    deadline = now + wait
+                remaining = deadline - now
                 if remaining <= 0:
                     raise UnavailableError(f"no IDs arrived within {wait:g} s")
                 self._cond.wait(remaining)
@@ -140,15 +145,15 @@ class Client:
         try:
             ids = self.batch(buffer.config.batch)
         except Exception as error:  # every failure must reach the waiting callers
-            with self._cond:
+            with self._lock:
                 buffer.failed(error)
                 self._cond.notify_all()
             self._closing.wait(REFILL_PAUSE)
-            with self._cond:
+            with self._lock:
                 buffer.released()
                 self._cond.notify_all()
             return
-        with self._cond:
+        with self._lock:
             buffer.filled(ids, sent_at)
             if not self._closed:
                 for _ in range(buffer.refills_to_start()):
