@@ -149,7 +149,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 				continue
 			}
 		}
-		c.closeConns()
+		_ = c.closeConns()
 		return nil, fmt.Errorf("snowmint: endpoint %q: %w", endpoint, err)
 	}
 	c.background, c.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -161,18 +161,19 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 
 func parseEndpoint(endpoint string) (string, credentials.TransportCredentials, error) {
 	scheme, rest, found := strings.Cut(endpoint, "://")
-	switch {
-	case !found:
-		rest = endpoint
-	case scheme == "https":
-		return rest, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
-	case scheme != "http":
-		return "", nil, fmt.Errorf("unknown scheme %q (use host:port, http:// or https://)", scheme)
+	if !found {
+		scheme, rest = "http", endpoint
 	}
 	if rest == "" || strings.Contains(rest, "/") {
-		return "", nil, errors.New("want host:port")
+		return "", nil, errors.New("want host:port, http://host:port or https://host:port")
 	}
-	return rest, insecure.NewCredentials(), nil
+	switch scheme {
+	case "http":
+		return rest, insecure.NewCredentials(), nil
+	case "https":
+		return rest, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+	}
+	return "", nil, fmt.Errorf("unknown scheme %q (use host:port, http:// or https://)", scheme)
 }
 
 // NextID returns one new ID: from the buffer when the client has one, otherwise from a
