@@ -138,6 +138,9 @@ class EndpointPool {
         return await this.call(endpoint, count, attemptMs, signal);
       } catch (e) {
         signal?.throwIfAborted();
+        if (this.closed) {
+          throw new ClientClosedError(); // closing cut the call: no answer of the server's
+        }
         const error = e as ServiceError;
         const failure = `${endpoint.address}: ${describe(error)}`;
         if (error.code !== Status.UNAVAILABLE && error.code !== Status.DEADLINE_EXCEEDED) {

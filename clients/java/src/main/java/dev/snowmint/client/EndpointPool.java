@@ -7,6 +7,7 @@ import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.StreamObserver;
+import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -125,6 +126,11 @@ final class EndpointPool {
                 result.complete(ids);
                 return;
             }
+            if (closed) {
+                // Closing cuts the calls in flight; that is no answer of the server's.
+                result.completeExceptionally(new IllegalStateException("the snowmint client is closed"));
+                return;
+            }
             Status status = Status.fromThrowable(error);
             String failure = endpoint.address() + ": " + describe(status);
             if (!failsOver(status)) {
@@ -189,7 +195,13 @@ final class EndpointPool {
      * unused IDs, never duplicates, so trying again is always safe.
      */
     private static boolean failsOver(Status status) {
-        return status.getCode() == Status.Code.UNAVAILABLE || status.getCode() == Status.Code.DEADLINE_EXCEEDED;
+        return switch (status.getCode()) {
+            case UNAVAILABLE, DEADLINE_EXCEEDED -> true;
+            // grpc-java sometimes reports a connection that died under a call as
+            // "UNKNOWN: channel closed" (grpc/grpc-java#10120). A status made from a local I/O
+            // error is a transport failure whatever its code, never a server's answer.
+            default -> status.getCause() instanceof IOException;
+        };
     }
 
     private static String describe(Status status) {

@@ -74,13 +74,7 @@ public final class SnowmintClient implements AutoCloseable {
      *                                      interrupt flag is set again)
      */
     public long nextId() {
-        if (buffer != null && !pool.isClosed()) {
-            long id = buffer.poll();
-            if (id != PrefetchBuffer.EMPTY) {
-                return id;
-            }
-        }
-        return await(nextIdAsync());
+        return nextIdBlocking(EndpointPool.NO_DEADLINE);
     }
 
     /**
@@ -88,7 +82,11 @@ public final class SnowmintClient implements AutoCloseable {
      * {@code DEADLINE_EXCEEDED}) once {@code timeout} has passed, all attempts included.
      */
     public long nextId(Duration timeout) {
-        long deadline = deadline(timeout);
+        return nextIdBlocking(deadline(timeout));
+    }
+
+    private long nextIdBlocking(long deadline) {
+        // The buffer's fast path, with no future to allocate.
         if (buffer != null && !pool.isClosed()) {
             long id = buffer.poll();
             if (id != PrefetchBuffer.EMPTY) {
