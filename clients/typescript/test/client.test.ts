@@ -93,6 +93,7 @@ for (const buffered of [false, true]) {
       const second = await r.server(2);
       // Both spellings of a plain-text endpoint.
       const client = r.client([first.url, second.grpcAddr], { timeoutMs: 500, ...(buffered ? { buffer: SMALL_BUFFER } : {}) });
+      assert.equal(decode((await client.batch(1))[0]!).workerId, 1, 'the first endpoint serves first');
       const ids: bigint[] = [];
       const errors: unknown[] = [];
       let stop = false;
@@ -124,7 +125,9 @@ for (const buffered of [false, true]) {
       assert.deepEqual(errors, [], `${errors.length} calls failed`);
       assertUnique(ids);
       assert.deepEqual(new Set(ids.map((id) => decode(id).workerId)), new Set([1, 2]), 'IDs from both servers');
-      assert.equal(decode(await client.nextId()).workerId, 2);
+      // Still served, by the survivor (a batch comes straight from a server; the buffer may
+      // still hold valid IDs the killed one minted).
+      assert.equal(decode((await client.batch(3))[0]!).workerId, 2);
     });
   });
 }
@@ -239,9 +242,14 @@ describe('other errors', () => {
 
   test('a closed client says so', TIMEOUT, async () => {
     const server = await r.server(8);
-    const client = new SnowmintClient(server.url);
+    const client = new SnowmintClient(server.url, { timeoutMs: 1000 });
     await client.nextId();
+    // A call in flight when the client closes ends with the same error, not a server's.
+    await server.pause();
+    const inFlight = client.batch(10);
+    await sleep(100);
     client.close();
+    await assert.rejects(inFlight, ClientClosedError);
     await assert.rejects(client.nextId(), ClientClosedError);
     await assert.rejects(client.batch(3), ClientClosedError);
   });
@@ -271,7 +279,7 @@ describe('a caller\'s bounds', () => {
         return true;
       });
       const took = performance.now() - start;
-      assert.ok(took >= 290 && took < 1000, `took ${took} ms`);
+      assert.ok(took >= 290 && took < 2000, `took ${took} ms`);
       await assert.rejects(client.batch(5, { timeoutMs: 100 }), UnavailableError);
 
       const controller = new AbortController();

@@ -4,7 +4,7 @@
  * `after` hooks, so it runs whether a test passed or not.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -125,6 +125,24 @@ export class SnowmintServer {
       });
       this.child.kill('SIGKILL');
     });
+  }
+
+  /**
+   * Pauses the process (SIGSTOP), and waits until every thread has stopped: it keeps its
+   * connections but answers nothing.
+   */
+  async pause(): Promise<void> {
+    this.child.kill('SIGSTOP');
+    const threads = `/proc/${this.child.pid}/task`;
+    const stopped = () =>
+      readdirSync(threads).every((t) => /^\d+ \(.*\) T /.test(readFileSync(`${threads}/${t}/stat`, 'utf8')));
+    const limit = performance.now() + 10_000;
+    while (!stopped()) {
+      if (performance.now() > limit) {
+        throw new Error(`snowmint ${this.child.pid} did not stop within 10 s of SIGSTOP`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
   }
 
   /** The value of one series of the server's metrics, e.g. `x{a="b"}`. */

@@ -173,6 +173,37 @@ final class SnowmintServer implements AutoCloseable {
         }
     }
 
+    /**
+     * Pauses the process (SIGSTOP), and waits until every thread has stopped: it keeps its
+     * connections but answers nothing.
+     */
+    void pause() throws IOException, InterruptedException {
+        Process kill = new ProcessBuilder("kill", "-STOP", Long.toString(process.pid())).inheritIO().start();
+        if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
+            throw new IllegalStateException("kill -STOP " + process.pid() + " failed");
+        }
+        Path threads = Path.of("/proc/" + process.pid() + "/task");
+        long limit = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!allStopped(threads)) {
+            if (System.nanoTime() > limit) {
+                throw new IllegalStateException("snowmint " + process.pid() + " did not stop within 10 s of SIGSTOP");
+            }
+            Thread.sleep(5);
+        }
+    }
+
+    /** Whether every thread under {@code /proc/<pid>/task} is in state T (stopped). */
+    private static boolean allStopped(Path threads) throws IOException {
+        try (Stream<Path> tasks = Files.list(threads)) {
+            for (Path task : (Iterable<Path>) tasks::iterator) {
+                if (!Files.readString(task.resolve("stat")).matches("(?s)\\d+ \\(.*\\) T .*")) {
+                    return false;
+                }
+            }
+        }
+        return true;
+    }
+
     /** The value of one series of the server's metrics, e.g. {@code x{a="b"}}. */
     double metric(String series) {
         HttpRequest request = HttpRequest.newBuilder(URI.create("http://" + adminAddr + "/metrics"))
