@@ -2,7 +2,7 @@ import { Client, Metadata, credentials, status as Status, type ServiceError } fr
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { ClientClosedError, RejectedError, UnavailableError } from './errors.js';
-import { idService } from './proto.js';
+import { idService, toBigInt } from './proto.js';
 
 /** The local buffer's settings; each defaults to the Rust client's. */
 export interface BufferOptions {
@@ -187,7 +187,7 @@ class EndpointPool {
         count === 1
           ? endpoint.client.makeUnaryRequest(idService.NextId.path, idService.NextId.requestSerialize,
               idService.NextId.responseDeserialize, {}, new Metadata(), options,
-              (error, response) => done(error, error || !response ? undefined : [BigInt(response.id)]))
+              (error, response) => done(error, error || !response ? undefined : [toBigInt(response.id)]))
           : endpoint.client.makeUnaryRequest(idService.BatchIds.path, idService.BatchIds.requestSerialize,
               idService.BatchIds.responseDeserialize, { count }, new Metadata(), options,
               (error, response) => {
@@ -198,7 +198,7 @@ class EndpointPool {
                   const details = `asked for ${count} IDs, got ${response.ids.length}`;
                   done(Object.assign(new Error(details), { code: Status.INTERNAL, details }));
                 } else {
-                  done(null, response.ids.map((id) => BigInt(id)));
+                  done(null, response.ids.map(toBigInt));
                 }
               });
       if (signal) {
@@ -367,7 +367,7 @@ class PrefetchBuffer {
     this.startRefills(performance.now());
   }
 
-  async nextId(bound: Bound): Promise<bigint> {
+  nextId(bound: Bound): Promise<bigint> {
     const now = performance.now();
     const id = this.take(now);
     if (id === undefined) {
@@ -382,9 +382,9 @@ class PrefetchBuffer {
     // Yield now and then while refills are in flight.
     if (this.refilling > 0 && ++this.sinceYield >= 256) {
       this.sinceYield = 0;
-      await new Promise((resolve) => setImmediate(resolve));
+      return new Promise((resolve) => setImmediate(resolve, id));
     }
-    return id;
+    return Promise.resolve(id);
   }
 
   /** Pops one ID, dropping the front batches past their age or used up. */
@@ -518,11 +518,16 @@ export class SnowmintClient {
    * @throws ClientClosedError after {@link close}
    * @throws RangeError for a `timeoutMs` that is not positive
    */
-  async nextId(options: CallOptions = {}): Promise<bigint> {
+  nextId(options?: CallOptions): Promise<bigint> {
     if (this.pool.closed) {
-      throw new ClientClosedError();
+      return Promise.reject(new ClientClosedError());
     }
-    const bound = boundOf(options);
+    let bound: Bound;
+    try {
+      bound = boundOf(options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return this.buffer ? this.buffer.nextId(bound) : this.coalescer!.nextId(bound);
   }
 
@@ -532,7 +537,7 @@ export class SnowmintClient {
    * with {@link RejectedError} (`INVALID_ARGUMENT`), as the server answered.
    * @throws RangeError for a count that is not a whole number from 0 to 2^32 - 1
    */
-  async batch(count: number, options: CallOptions = {}): Promise<bigint[]> {
+  async batch(count: number, options?: CallOptions): Promise<bigint[]> {
     if (!Number.isInteger(count) || count < 0 || count > 0xffff_ffff) {
       throw new RangeError(`count must be a whole number from 0 to 2^32 - 1, got ${count}`);
     }
@@ -549,7 +554,14 @@ export class SnowmintClient {
   }
 }
 
-function boundOf({ timeoutMs, signal }: CallOptions): Bound {
+/** The bounds of a call with no options of its own: shared, as most calls have none. */
+const UNBOUNDED: Bound = Object.freeze({});
+
+function boundOf(options: CallOptions | undefined): Bound {
+  if (options === undefined || (options.timeoutMs === undefined && options.signal === undefined)) {
+    return UNBOUNDED;
+  }
+  const { timeoutMs, signal } = options;
   if (timeoutMs !== undefined && !(timeoutMs > 0)) {
     throw new RangeError(`timeoutMs must be positive, got ${timeoutMs}`);
   }
