@@ -50,6 +50,9 @@ try {
       (duplicates === 0 ? 'all unique' : `${duplicates} DUPLICATES`),
   );
   process.exitCode = duplicates === 0 ? 0 : 1;
+} catch (error) {
+  console.error(`bench: ${error instanceof Error ? error.message : String(error)}`);
+  process.exitCode = 1;
 } finally {
   client.close();
 }
