@@ -1,0 +1,283 @@
+// Package snowmint is the Go client of snowmint, a service that mints unique, roughly
+// time-sorted 64-bit IDs.
+//
+// The client follows the contract in clients/README.md: it talks to one or several servers,
+// moves a call to the next server when one refuses (gRPC UNAVAILABLE) or cannot be reached,
+// returns every other error as it is, and can keep a local buffer of prefetched IDs. IDs are
+// uint64 values; a snowmint ID never has its top bit set, so it also fits an int64.
+//
+//	client, err := snowmint.New(ctx, []string{"10.0.0.1:50051", "10.0.0.2:50051"},
+//		snowmint.WithBuffer(snowmint.DefaultBufferConfig()))
+//	if err != nil { ... }
+//	defer client.Close()
+//	id, err := client.NextID(ctx)
+//
+// A Client is safe for use by many goroutines at once.
+package snowmint
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/snowmint/snowmint/clients/go/internal/snowmintv1"
+)
+
+// ErrUnavailable is wrapped by the error a call returns when every attempt was refused or
+// failed in transport. It is retriable: the servers may mint again a moment later, and a
+// refusal never means an ID was issued twice. errors.Is(err, ErrUnavailable) tells it apart;
+// the last server's gRPC status is wrapped too (status.Code(err) is codes.Unavailable).
+var ErrUnavailable = errors.New("snowmint: every endpoint refused or failed")
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("snowmint: client closed")
+
+// DefaultTimeout is the deadline of each attempt to one server unless WithTimeout says
+// otherwise.
+const DefaultTimeout = time.Second
+
+// BufferConfig sets the local buffer of prefetched IDs (see WithBuffer).
+type BufferConfig struct {
+	// Batch is how many IDs one refill asks for.
+	Batch uint32
+	// LowWater starts a refill when fewer IDs than this are buffered (counting the
+	// refills already under way).
+	LowWater int
+	// MaxRefills is how many refills may be in flight at once, to keep up with heavy use.
+	MaxRefills int
+	// MaxAge drops a buffered batch unused once it is this old, so the IDs handed out stay
+	// close to the time they are used and roughly sorted across clients.
+	MaxAge time.Duration
+}
+
+// DefaultBufferConfig is the buffer the Rust client uses by default: batches of 4,096, a
+// refill below 8,192 IDs, up to 3 refills in flight, batches dropped after 1 s.
+func DefaultBufferConfig() BufferConfig {
+	return BufferConfig{Batch: 4096, LowWater: 8192, MaxRefills: 3, MaxAge: time.Second}
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	timeout     time.Duration
+	attempts    int
+	buffer      *BufferConfig
+	dialOptions []grpc.DialOption
+}
+
+// WithTimeout sets the deadline of each attempt to one server (default DefaultTimeout). A
+// caller's context deadline, when earlier, bounds the whole call, failover included.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithAttempts sets how many calls one request may make across the endpoints before it
+// gives up with ErrUnavailable (default: twice the number of endpoints, at least 2).
+func WithAttempts(n int) Option { return func(c *config) { c.attempts = n } }
+
+// WithBuffer makes NextID hand out IDs from a local buffer, refilled in the background with
+// BatchIds calls: one ID then costs no round trip. The IDs of a buffer are as unique as any,
+// but their time is when they were fetched, not when they are used (at most MaxAge older).
+func WithBuffer(cfg BufferConfig) Option { return func(c *config) { c.buffer = &cfg } }
+
+// WithDialOptions adds gRPC dial options to every connection, after the client's own (plain
+// text for host:port and http:// endpoints, TLS with the system's roots for https://), so
+// they can replace the transport credentials or add interceptors.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
+}
+
+// Client mints IDs from one or several snowmint servers. Make one with New, share it, and
+// Close it when done.
+type Client struct {
+	conns    []*grpc.ClientConn
+	stubs    []pb.IdServiceClient
+	current  atomic.Uint64 // the endpoint calls go to first
+	timeout  time.Duration
+	attempts int
+
+	// background carries the buffer's refills; Close cancels it.
+	background context.Context
+	stop       context.CancelFunc
+	refills    sync.WaitGroup
+	closeOnce  sync.Once
+
+	buf *buffer
+}
+
+// New makes a client of endpoints, each "host:port", "http://host:port" (plain text) or
+// "https://host:port" (TLS). Connections open lazily, so New does not fail when a server is
+// down. Values of ctx (outgoing gRPC metadata, for one) go with the client's background
+// calls; its cancellation does not: call Close.
+func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("snowmint: no endpoints given")
+	}
+	cfg := config{timeout: DefaultTimeout, attempts: max(2, 2*len(endpoints))}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("snowmint: the timeout must be positive, got %v", cfg.timeout)
+	}
+	if cfg.attempts < 1 {
+		return nil, fmt.Errorf("snowmint: attempts must be at least 1, got %d", cfg.attempts)
+	}
+	if b := cfg.buffer; b != nil && (b.Batch < 1 || b.LowWater < 0 || b.MaxRefills < 1 || b.MaxAge <= 0) {
+		return nil, fmt.Errorf("snowmint: invalid buffer %+v: Batch and MaxRefills must be at least 1, MaxAge positive", *b)
+	}
+	c := &Client{timeout: cfg.timeout, attempts: cfg.attempts}
+	for _, endpoint := range endpoints {
+		target, creds, err := parseEndpoint(endpoint)
+		if err == nil {
+			var conn *grpc.ClientConn
+			dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.dialOptions...)
+			if conn, err = grpc.NewClient(target, dial...); err == nil {
+				c.conns = append(c.conns, conn)
+				c.stubs = append(c.stubs, pb.NewIdServiceClient(conn))
+				continue
+			}
+		}
+		_ = c.closeConns()
+		return nil, fmt.Errorf("snowmint: endpoint %q: %w", endpoint, err)
+	}
+	c.background, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if cfg.buffer != nil {
+		c.buf = newBuffer(*cfg.buffer)
+	}
+	return c, nil
+}
+
+func parseEndpoint(endpoint string) (string, credentials.TransportCredentials, error) {
+	scheme, rest, found := strings.Cut(endpoint, "://")
+	if !found {
+		scheme, rest = "http", endpoint
+	}
+	if rest == "" || strings.Contains(rest, "/") {
+		return "", nil, errors.New("want host:port, http://host:port or https://host:port")
+	}
+	switch scheme {
+	case "http":
+		return rest, insecure.NewCredentials(), nil
+	case "https":
+		return rest, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+	}
+	return "", nil, fmt.Errorf("unknown scheme %q (use host:port, http:// or https://)", scheme)
+}
+
+// NextID returns one new ID: from the buffer when the client has one, otherwise from a
+// NextId call.
+func (c *Client) NextID(ctx context.Context) (uint64, error) {
+	if c.background.Err() != nil {
+		return 0, ErrClosed
+	}
+	if c.buf != nil {
+		return c.nextBuffered(ctx)
+	}
+	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) (uint64, error) {
+		resp, err := stub.NextId(ctx, &pb.NextIdRequest{})
+		return resp.GetId(), err
+	})
+}
+
+// Batch returns n new IDs, strictly increasing, all from one server in one call; never from
+// the buffer. n must be between 1 and the server's maximum batch (65,536 by default); the
+// server answers any other n with INVALID_ARGUMENT, returned as it is.
+func (c *Client) Batch(ctx context.Context, n int) ([]uint64, error) {
+	if c.background.Err() != nil {
+		return nil, ErrClosed
+	}
+	if n < 0 || uint64(n) > math.MaxUint32 {
+		return nil, status.Errorf(codes.InvalidArgument, "snowmint: batch size %d out of range", n)
+	}
+	return c.batch(ctx, uint32(n))
+}
+
+func (c *Client) batch(ctx context.Context, n uint32) ([]uint64, error) {
+	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) ([]uint64, error) {
+		resp, err := stub.BatchIds(ctx, &pb.BatchIdsRequest{Count: n})
+		return resp.GetIds(), err
+	})
+}
+
+// call makes one request, moving to the next endpoint when a server refuses (UNAVAILABLE),
+// cannot be reached, or does not answer within the attempt's deadline; every other error
+// returns at once, as do the caller's own deadline and cancellation.
+func call[T any](ctx context.Context, c *Client, do func(context.Context, pb.IdServiceClient) (T, error)) (T, error) {
+	var zero T
+	var last error
+	n := uint64(len(c.stubs))
+	for attempt := range c.attempts {
+		i := c.current.Load()
+		attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
+		result, err := do(attemptCtx, c.stubs[i])
+		cancel()
+		if err == nil {
+			return result, nil
+		}
+		if ctx.Err() != nil || !failsOver(err) {
+			return zero, err
+		}
+		last = err
+		// Move on from this endpoint, unless another call already did.
+		c.current.CompareAndSwap(i, (i+1)%n)
+		if attempt+1 >= len(c.stubs) && attempt+1 < c.attempts {
+			// Every endpoint tried: back off a little before going round again.
+			backoff := 10 * time.Millisecond << min(attempt, 5)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return zero, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+	}
+	return zero, fmt.Errorf("%w after %d attempts: %w", ErrUnavailable, c.attempts, last)
+}
+
+// failsOver tells whether another endpoint may succeed where this one failed. The caller's
+// own context is still live here, so a DEADLINE_EXCEEDED is the attempt's deadline: the server
+// did not answer in time.
+func failsOver(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// Close stops the buffer's refills and closes the connections. Calls after Close return
+// ErrClosed. It is safe to call more than once.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		if c.buf != nil {
+			c.buf.mu.Lock()
+			c.stop()
+			c.buf.mu.Unlock()
+		} else {
+			c.stop()
+		}
+		c.refills.Wait()
+		err = c.closeConns()
+	})
+	return err
+}
+
+func (c *Client) closeConns() error {
+	var errs []error
+	for _, conn := range c.conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}

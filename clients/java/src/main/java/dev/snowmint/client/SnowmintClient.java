@@ -1,0 +1,245 @@
+package dev.snowmint.client;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+
+/**
+ * A client of one or several snowmint servers. Thread-safe: share one per process.
+ *
+ * <pre>{@code
+ * try (SnowmintClient client = SnowmintClient.builder("10.0.0.1:50051", "10.0.0.2:50051")
+ *         .buffer(BufferConfig.defaults())
+ *         .build()) {
+ *     long id = client.nextId();
+ *     long[] ids = client.batch(100);
+ * }
+ * }</pre>
+ *
+ * <ul>
+ *   <li>A refusal ({@code UNAVAILABLE}: a server that cannot promise unique IDs refuses), a
+ *       transport failure, or no answer within the attempt's timeout moves the call to the next
+ *       endpoint, which later calls keep using; other errors are returned as they are
+ *       ({@link SnowmintRejectedException}). When every attempt fails, the call fails with the
+ *       retriable {@link SnowmintUnavailableException}.
+ *   <li>Every attempt has the client's timeout ({@link Builder#timeout(Duration)}); a caller
+ *       may bound a whole call, all attempts included, with a timeout of its own
+ *       ({@code nextId(Duration)} and the like).
+ *   <li>With a buffer ({@link Builder#buffer(BufferConfig)}), {@code nextId()} takes IDs
+ *       prefetched in the background. Without one, concurrent {@code nextId()} calls are
+ *       coalesced: the callers waiting while a call is in flight are all served by the next
+ *       one, a single {@code BatchIds}.
+ * </ul>
+ *
+ * <p>IDs are positive {@code long}s: snowmint keeps the sign bit clear.
+ */
+public final class SnowmintClient implements AutoCloseable {
+
+    private final EndpointPool pool;
+    private final Coalescer coalescer;
+    private final PrefetchBuffer buffer;
+
+    private SnowmintClient(Builder builder) {
+        this.pool = new EndpointPool(builder.endpoints, builder.timeout,
+                builder.attempts > 0 ? builder.attempts : Math.max(2, 2 * builder.endpoints.size()));
+        this.coalescer = builder.buffer == null ? new Coalescer(pool) : null;
+        this.buffer = builder.buffer == null ? null : new PrefetchBuffer(pool, builder.buffer);
+    }
+
+    /**
+     * A builder for a client of {@code endpoints}: {@code host:port} or
+     * {@code http://host:port} for plain text, {@code https://host:port} for TLS; tried in the
+     * order given.
+     */
+    public static Builder builder(String... endpoints) {
+        return builder(List.of(endpoints));
+    }
+
+    /** Like {@link #builder(String...)}. */
+    public static Builder builder(List<String> endpoints) {
+        return new Builder(endpoints);
+    }
+
+    /**
+     * One ID: from the buffer if there is one, otherwise coalesced with every other
+     * {@code nextId()} waiting at the same moment.
+     *
+     * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
+     * @throws SnowmintRejectedException    the server rejected the request
+     * @throws IllegalStateException        the client is closed
+     * @throws CancellationException        the thread was interrupted while waiting (its
+     *                                      interrupt flag is set again)
+     */
+    public long nextId() {
+        return nextIdBlocking(EndpointPool.NO_DEADLINE);
+    }
+
+    /**
+     * Like {@link #nextId()}, failing with {@link SnowmintUnavailableException} (status
+     * {@code DEADLINE_EXCEEDED}) once {@code timeout} has passed, all attempts included.
+     */
+    public long nextId(Duration timeout) {
+        return nextIdBlocking(deadline(timeout));
+    }
+
+    private long nextIdBlocking(long deadline) {
+        // The buffer's fast path, with no future to allocate.
+        if (buffer != null && !pool.isClosed()) {
+            long id = buffer.poll();
+            if (id != PrefetchBuffer.EMPTY) {
+                return id;
+            }
+        }
+        return await(next(deadline));
+    }
+
+    /**
+     * Like {@link #nextId()}, without blocking. The future fails with the exceptions
+     * {@code nextId()} throws. Callbacks may run on gRPC's threads: keep them short, or use the
+     * {@code ...Async(fn, executor)} forms.
+     */
+    public CompletableFuture<Long> nextIdAsync() {
+        return next(EndpointPool.NO_DEADLINE);
+    }
+
+    /** Like {@link #nextId(Duration)}, without blocking. */
+    public CompletableFuture<Long> nextIdAsync(Duration timeout) {
+        return next(deadline(timeout));
+    }
+
+    private CompletableFuture<Long> next(long deadline) {
+        if (pool.isClosed()) {
+            return CompletableFuture.failedFuture(new IllegalStateException("the snowmint client is closed"));
+        }
+        return buffer != null ? buffer.next(deadline) : coalescer.nextId(deadline);
+    }
+
+    /**
+     * {@code count} IDs, strictly increasing, straight from one server (never from the buffer).
+     *
+     * @param count how many: 1 up to the server's maximum batch (65,536 by default); a count
+     *              the server does not accept fails with {@link SnowmintRejectedException}
+     *              ({@code INVALID_ARGUMENT}), as the server answered
+     * @throws IllegalArgumentException for a negative count, which the wire format cannot carry
+     * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
+     * @throws SnowmintRejectedException    the server rejected the request
+     */
+    public long[] batch(int count) {
+        return await(batchAsync(count));
+    }
+
+    /** Like {@link #batch(int)}, bounded by {@code timeout} as {@link #nextId(Duration)} is. */
+    public long[] batch(int count, Duration timeout) {
+        return await(batchAsync(count, timeout));
+    }
+
+    /** Like {@link #batch(int)}, without blocking. Cancelling the future stops further attempts. */
+    public CompletableFuture<long[]> batchAsync(int count) {
+        return fetch(count, EndpointPool.NO_DEADLINE);
+    }
+
+    /** Like {@link #batch(int, Duration)}, without blocking. */
+    public CompletableFuture<long[]> batchAsync(int count, Duration timeout) {
+        return fetch(count, deadline(timeout));
+    }
+
+    private CompletableFuture<long[]> fetch(int count, long deadline) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count must not be negative, got " + count);
+        }
+        return pool.fetch(count, deadline);
+    }
+
+    /**
+     * Stops the buffer's refills and closes the connections. Calls in flight get until the
+     * timeout to finish; later calls fail with {@link IllegalStateException}. Buffered IDs are
+     * dropped, never handed out.
+     */
+    @Override
+    public void close() {
+        pool.close();
+    }
+
+    /** The {@link System#nanoTime()} at which a call with {@code timeout} must end. */
+    private static long deadline(Duration timeout) {
+        if (timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("the timeout must be positive, got " + timeout);
+        }
+        long nanos = timeout.compareTo(Duration.ofDays(365)) > 0 ? Duration.ofDays(365).toNanos() : timeout.toNanos();
+        return System.nanoTime() + nanos;
+    }
+
+    private static <T> T await(CompletableFuture<T> future) {
+        try {
+            return future.get();
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof RuntimeException cause) {
+                throw cause;
+            }
+            throw new IllegalStateException("unexpected failure", e.getCause());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new CancellationException("interrupted while waiting for IDs");
+        }
+    }
+
+    /** Builds a {@link SnowmintClient}. */
+    public static final class Builder {
+        private final List<String> endpoints;
+        private Duration timeout = Duration.ofSeconds(1);
+        private int attempts;
+        private BufferConfig buffer;
+
+        private Builder(List<String> endpoints) {
+            this.endpoints = List.copyOf(endpoints);
+        }
+
+        /**
+         * The timeout of each attempt on a server (default 1 s). A server that cannot mint in
+         * time refuses before it passes, so the call can move on to the next endpoint.
+         */
+        public Builder timeout(Duration timeout) {
+            if (timeout.isNegative() || timeout.isZero()) {
+                throw new IllegalArgumentException("the timeout must be positive, got " + timeout);
+            }
+            this.timeout = timeout;
+            return this;
+        }
+
+        /**
+         * How many attempts one call may make across endpoints before it fails (default: twice
+         * the number of endpoints, at least 2), so that every endpoint gets a second chance after
+         * a short pause.
+         */
+        public Builder attempts(int attempts) {
+            if (attempts < 1) {
+                throw new IllegalArgumentException("attempts must be at least 1, got " + attempts);
+            }
+            this.attempts = attempts;
+            return this;
+        }
+
+        /** Prefetches IDs into a local buffer, so most {@code nextId()} calls need no round trip. */
+        public Builder buffer(BufferConfig buffer) {
+            this.buffer = Objects.requireNonNull(buffer, "buffer");
+            return this;
+        }
+
+        /**
+         * Makes the client. Connections open lazily, on first use; with a buffer, the first
+         * refills start at once.
+         *
+         * @throws IllegalArgumentException for no endpoints or an endpoint that is not
+         *     {@code host:port}, {@code http://host:port} or {@code https://host:port}
+         */
+        public SnowmintClient build() {
+            if (endpoints.isEmpty()) {
+                throw new IllegalArgumentException("no endpoints given");
+            }
+            return new SnowmintClient(this);
+        }
+    }
+}

@@ -1,0 +1,30 @@
+package dev.snowmint.client;
+
+import io.grpc.Status;
+
+/**
+ * Why the client could not get IDs. Unchecked, so it travels through {@code CompletableFuture}s
+ * as it is; the blocking methods throw it directly.
+ *
+ * <p>Two kinds: {@link SnowmintUnavailableException} (every endpoint refused or failed: retry
+ * later) and {@link SnowmintRejectedException} (the server rejected the request itself, such as
+ * a batch count out of range: retrying will not help).
+ */
+public abstract sealed class SnowmintException extends RuntimeException
+        permits SnowmintUnavailableException, SnowmintRejectedException {
+
+    private final transient Status status;
+
+    SnowmintException(String message, Status status) {
+        super(message, status.asRuntimeException());
+        this.status = status;
+    }
+
+    /** The gRPC status of the last call made. */
+    public Status status() {
+        return status;
+    }
+
+    /** Whether the same request may succeed if tried again later. */
+    public abstract boolean isRetriable();
+}

@@ -1,0 +1,1 @@
+"""Code generated from proto/snowmint/v1/snowmint.proto by clients/python/gen.py. DO NOT EDIT."""

@@ -1,0 +1,38 @@
+#!/bin/sh
+# The Python client's checks: builds the snowmint binary the tests run (unless $SNOWMINT_BIN
+# names one), makes .venv and installs the package with its dev tools when pyproject.toml
+# changed, checks formatting, lint, types and the generated code, then runs pytest against
+# real servers.
+set -eu
+cd "$(dirname "$0")"
+root=$(cd ../.. && pwd)
+
+if [ -z "${SNOWMINT_BIN:-}" ]; then
+  echo "== cargo build --locked --bin snowmint"
+  (cd "$root" && cargo build --locked --bin snowmint)
+  SNOWMINT_BIN=$root/target/debug/snowmint
+  export SNOWMINT_BIN
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "== $python -m venv .venv"
+  "$python" -m venv .venv
+fi
+.venv/bin/python -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 or later needed"'
+stamp=.venv/.installed-pyproject
+if ! cmp -s pyproject.toml "$stamp"; then
+  echo "== pip install -e .[dev]"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  cp pyproject.toml "$stamp"
+fi
+
+echo "== ruff, mypy"
+.venv/bin/ruff format --check -q .
+.venv/bin/ruff check -q .
+.venv/bin/mypy
+echo "== generated code is current"
+.venv/bin/python gen.py --check
+echo "== pytest"
+.venv/bin/python -m pytest -q -p no:cacheprovider

@@ -1,0 +1,158 @@
+"""The blocking client against real servers."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import StartServer, assert_increasing, assert_unique, write_refusing_state
+
+from snowmint_client import BufferConfig, Client, ClientClosedError, UnavailableError, decode
+from snowmint_client._proto import snowmint_pb2 as pb
+from snowmint_client._proto.snowmint_pb2_grpc import IdServiceStub
+
+
+def mixed_calls(client: Client, caller: int, rounds: int) -> list[int]:
+    """NextID and batches of 1 to 300 in turn; every ID received."""
+    rng = random.Random(caller)
+    ids: list[int] = []
+    for round in range(rounds):
+        if round % 2 == 0:
+            ids.append(client.next_id(timeout=5))
+        else:
+            n = rng.randint(1, 300)
+            batch = client.batch(n, timeout=5)
+            assert len(batch) == n
+            assert_increasing(batch)
+            ids.extend(batch)
+    return ids
+
+
+def test_many_concurrent_callers_get_unique_ids(start_server: StartServer) -> None:
+    server = start_server(1)
+    with (
+        Client([server.grpc_addr]) as plain,
+        Client([f"http://{server.grpc_addr}"], buffer=BufferConfig()) as buffered,
+        ThreadPoolExecutor(16) as pool,
+    ):
+        clients = [plain, buffered] * 8
+        results = pool.map(mixed_calls, clients, range(16), [100] * 16)
+        ids = [id for result in results for id in result]
+    assert len(ids) > 16 * 50
+    assert_unique(ids)
+
+
+def test_failover_when_a_server_is_killed(start_server: StartServer) -> None:
+    first, second = start_server(1), start_server(2)
+    ids: list[int] = []
+    errors: list[BaseException] = []
+    killed = threading.Event()
+    stop = threading.Event()
+    after_kill = 0
+    lock = threading.Lock()
+
+    def caller(client: Client, n: int) -> None:
+        nonlocal after_kill
+        round = 0
+        while not stop.is_set():
+            try:
+                got = [client.next_id()] if (n + round) % 2 == 0 else client.batch(50)
+            except BaseException as error:
+                errors.append(error)
+                return
+            with lock:
+                ids.extend(got)
+                after_kill += killed.is_set()
+            round += 1
+
+    with Client([first.grpc_addr, second.grpc_addr], timeout=0.5) as client:
+        threads = [threading.Thread(target=caller, args=(client, n)) for n in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        first.kill()
+        killed.set()
+        time.sleep(0.7)
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        assert not errors, f"calls failed around the kill: {errors[:3]}"
+        assert after_kill >= 10, f"only {after_kill} calls succeeded after the kill"
+        assert decode(client.next_id()).worker_id == 2
+    assert_unique(ids)
+
+
+def test_a_refusing_server_is_skipped_and_alone_gives_a_retriable_error(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    write_refusing_state(tmp_path, 3)
+    refusing = start_server(3, tmp_path)
+    good = start_server(4)
+
+    # The server itself refuses with UNAVAILABLE.
+    with grpc.insecure_channel(refusing.grpc_addr) as channel, pytest.raises(grpc.RpcError) as refused:
+        IdServiceStub(channel).NextId(pb.NextIdRequest(), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    # Listed first, it is skipped for the good one.
+    with Client([refusing.grpc_addr, good.grpc_addr]) as client:
+        for _ in range(3):
+            assert decode(client.next_id()).worker_id == 4
+        assert len(client.batch(10)) == 10
+
+    # Alone, it gives a retriable error, with and without a buffer, promptly.
+    for buffer in (None, BufferConfig()):
+        with Client([refusing.grpc_addr], timeout=0.3, buffer=buffer) as alone:
+            start = time.monotonic()
+            with pytest.raises(UnavailableError) as unavailable:
+                alone.next_id()
+            assert time.monotonic() - start < 3
+            assert unavailable.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "UNAVAILABLE" in str(unavailable.value)
+            with pytest.raises(UnavailableError):
+                alone.batch(5)
+
+
+def test_the_buffer_drops_batches_past_their_age(start_server: StartServer) -> None:
+    server = start_server(5)
+    max_age = 0.2
+    ids: list[int] = []
+    with Client([server.grpc_addr], buffer=BufferConfig(batch=64, low_water=8, max_refills=1, max_age=max_age)) as c:
+        for _ in range(3):
+            ids.append(c.next_id())
+            # The rest of that batch stays buffered; let it go stale.
+            time.sleep(2 * max_age)
+            before_ms = time.time() * 1000
+            fresh = c.next_id()
+            ids.append(fresh)
+            # Tick starts are whole milliseconds: allow for the rounding.
+            assert decode(fresh).unix_ms >= before_ms - 1, "a stale batch was used"
+        ids.extend(c.next_id() for _ in range(1000))
+    assert_unique(ids)
+
+
+def test_other_errors_return_as_they_are_without_failover(start_server: StartServer) -> None:
+    first, second = start_server(6), start_server(7)
+    with Client([first.grpc_addr, second.grpc_addr]) as client, pytest.raises(grpc.RpcError) as error:
+        client.batch(0)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert not isinstance(error.value, UnavailableError)
+    assert first.requests("BatchIds") == 1
+    assert second.requests("BatchIds") == 0, "the error was failed over"
+
+
+def test_the_callers_deadline_wins_and_a_closed_client_says_so(start_server: StartServer) -> None:
+    server = start_server(8)
+    client = Client([server.grpc_addr])
+    with pytest.raises(grpc.RpcError) as error:
+        client.next_id(timeout=0)
+    assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert client.next_id() > 0
+    client.close()
+    with pytest.raises(ClientClosedError):
+        client.next_id()
