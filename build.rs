@@ -5,6 +5,10 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Without these, any file of the package (a client's, a test's) reruns the script and
+    // rebuilds the crate.
+    println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rerun-if-changed=build.rs");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
