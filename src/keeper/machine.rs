@@ -224,6 +224,8 @@ pub struct Keeper {
     progress: Vec<(u32, i64)>,
     /// The minter found itself past the reservation: extend as soon as possible.
     extend_asap: bool,
+    /// When the fleet's slots are next counted (etcd mode, once started).
+    next_count: Option<Duration>,
     stopping: Option<Stopping>,
     done: bool,
     fatal: Option<KeeperError>,
@@ -237,6 +239,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How soon a failed renewal is tried again.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
+/// How often the fleet's slots in use are counted (a count-only read: cheap even for a
+/// fleet of a thousand instances, about 30 reads a second in all).
+const COUNT_EVERY: Duration = Duration::from_secs(30);
 
 impl Keeper {
     pub fn new(config: KeeperConfig) -> Keeper {
@@ -263,6 +268,7 @@ impl Keeper {
             mint_ms: None,
             progress: Vec::new(),
             extend_asap: false,
+            next_count: None,
             stopping: None,
             done: false,
             fatal: None,
@@ -320,6 +326,7 @@ impl Keeper {
         if self.in_flight.is_none() {
             consider(self.session.as_ref().and_then(|s| s.next_renew));
             consider(self.retry_at);
+            consider(self.next_count);
             // Nothing but a renewal goes out before a retry is due.
             let not_before = self.retry_at.unwrap_or_default();
             consider(self.next_extension_at(now).map(|t| t.max(not_before)));
@@ -397,6 +404,9 @@ impl Keeper {
                 self.opened(now, sent, session, ttl)
             }
             (Request::ListSlots { .. }, Reply::Slots { taken, ours }) => self.listed(now, taken, ours),
+            (Request::CountSlots, Reply::SlotCount { taken }) => {
+                self.events.push_back(Event::SlotsListed { taken: taken as usize, slots: self.slot_count() });
+            }
             (Request::Claim { slot, session }, Reply::Claimed { won, .. }) => self.claimed(session, slot, won),
             (Request::ReadReservations { .. }, Reply::Reservations(reads)) => self.read(reads),
             (Request::WriteReservations { writes, .. }, Reply::Written(versions)) => {
@@ -454,7 +464,14 @@ impl Keeper {
         if let Some(read) = self.next_read_request() {
             return Some(read);
         }
-        self.next_write_request(session, now)
+        if let Some(write) = self.next_write_request(session, now) {
+            return Some(write);
+        }
+        if self.next_count.is_some_and(|at| now.boot >= at) {
+            self.next_count = Some(now.boot + COUNT_EVERY);
+            return Some(Request::CountSlots);
+        }
+        None
     }
 
     fn wanted(&self) -> usize {
@@ -970,8 +987,11 @@ impl Keeper {
                 resumes: s.resumes,
             })
             .collect();
-        if granted.len() == self.wanted() {
+        if granted.len() == self.wanted() && !self.started {
             self.started = true;
+            if matches!(self.config.policy, SlotPolicy::Leased { .. }) {
+                self.next_count = Some(Duration::ZERO);
+            }
         }
         let holding = if granted.is_empty() {
             let reason = match self.session {

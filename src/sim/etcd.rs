@@ -157,6 +157,9 @@ impl EtcdModel {
                 self.leases.insert(id, Lease { ttl_us, expires_at: now + ttl_us });
                 Reply::SessionOpened { session: id, ttl: Some(*ttl) }
             }
+            Request::CountSlots => {
+                Reply::SlotCount { taken: self.kv.keys().filter(|k| matches!(k, Key::Worker(_))).count() as u64 }
+            }
             Request::ListSlots { session } => {
                 let mut taken = Vec::new();
                 let mut ours = Vec::new();

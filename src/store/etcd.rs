@@ -409,6 +409,14 @@ impl Store for EtcdStore {
                 )
             }
             Request::ListSlots { session } => self.list(session).await,
+            Request::CountSlots => {
+                let prefix = format!("{}/workers/", self.prefix);
+                let options = GetOptions::new().with_prefix().with_count_only();
+                self.etcd
+                    .attempt("count slots", |mut c| async move { c.get(prefix, Some(options)).await })
+                    .await
+                    .map(|got| Reply::SlotCount { taken: got.count().max(0) as u64 })
+            }
             Request::Claim { session, slot } => self.claim(session, slot).await,
             Request::ReadReservations { slots, linearizable } => self.read(&slots, linearizable).await,
             Request::WriteReservations { session, writes, check_claim } => {

@@ -79,6 +79,9 @@ pub enum Request {
     OpenSession { ttl: Duration },
     /// The slots taken by anyone, and those taken under `session` (keys only).
     ListSlots { session: SessionId },
+    /// How many slots are taken fleet-wide (a count, not a listing), for the metric an
+    /// alert watches before the slots run out.
+    CountSlots,
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
     Claim { session: SessionId, slot: u32 },
     /// Reads the reservations of `slots`. Always linearizable in production: a read served
@@ -101,6 +104,7 @@ impl Request {
         match self {
             Request::OpenSession { .. } => "open session",
             Request::ListSlots { .. } => "list slots",
+            Request::CountSlots => "count slots",
             Request::Claim { .. } => "claim slot",
             Request::ReadReservations { .. } => "read reservations",
             Request::WriteReservations { .. } => "write reservations",
@@ -132,6 +136,9 @@ pub enum Reply {
     Slots {
         taken: Vec<u32>,
         ours: Vec<u32>,
+    },
+    SlotCount {
+        taken: u64,
     },
     /// `won`: the slot now belongs to the session (newly, or already).
     Claimed {
