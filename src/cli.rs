@@ -112,6 +112,38 @@ fn parse_epoch(text: &str) -> Result<i64, String> {
     parse_rfc3339_ms(text).map_err(|e| format!("not an RFC 3339 time such as 2026-01-01T00:00:00Z ({e})"))
 }
 
+/// Worker IDs as given on the command line, ascending and distinct.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerIds(pub Vec<u32>);
+
+/// Parses `5`, `0,2,4`, `0-7` or a mix such as `0-3,8`.
+fn parse_worker_ids(text: &str) -> Result<WorkerIds, String> {
+    let mut ids = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let number = |t: &str| t.trim().parse::<u32>().map_err(|e| format!("{t:?} is not a worker ID ({e})"));
+        match part.split_once('-') {
+            Some((from, to)) => {
+                let (from, to) = (number(from)?, number(to)?);
+                if from > to {
+                    return Err(format!("the range {part} runs backward"));
+                }
+                if to - from >= 1024 {
+                    return Err(format!("the range {part} holds more than 1024 worker IDs"));
+                }
+                ids.extend(from..=to);
+            }
+            None => ids.push(number(part)?),
+        }
+    }
+    ids.sort_unstable();
+    let before = ids.len();
+    ids.dedup();
+    if ids.len() != before {
+        return Err(format!("{text} names a worker ID twice"));
+    }
+    Ok(WorkerIds(ids))
+}
+
 fn parse_positive_ms(text: &str) -> Result<Duration, String> {
     let ms: u64 = text.parse().map_err(|e| format!("not a number of milliseconds ({e})"))?;
     Ok(Duration::from_millis(ms))
@@ -125,9 +157,14 @@ pub struct ServeArgs {
     /// Admin HTTP listen address (/metrics, /healthz, /readyz).
     #[arg(long, env = "SNOWMINT_ADMIN_LISTEN", default_value = "127.0.0.1:9464")]
     pub admin_listen: SocketAddr,
-    /// The static worker ID (standalone mode).
-    #[arg(long, env = "SNOWMINT_WORKER_ID", default_value_t = 0)]
-    pub worker_id: u32,
+    /// The static worker IDs (standalone mode): one (`5`), a list (`0,2,4`) or a range
+    /// (`0-7`); each has its own state file. With several, each tick is filled across them.
+    #[arg(long, env = "SNOWMINT_WORKER_ID", default_value = "0", value_parser = parse_worker_ids)]
+    pub worker_id: WorkerIds,
+    /// Slots (worker IDs) this instance holds at once (etcd mode); each adds 2^sequence_bits
+    /// IDs per tick. In standalone mode, give the IDs with --worker-id instead.
+    #[arg(long, env = "SNOWMINT_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub slots: Option<u32>,
     /// Where standalone mode keeps its reservation state.
     #[arg(long, env = "SNOWMINT_STATE_DIR", default_value = "snowmint-state")]
     pub state_dir: PathBuf,
@@ -224,12 +261,33 @@ impl ServeArgs {
     /// The server configuration, or the one-line reason it is invalid.
     pub fn config(&self, now_ms: i64) -> Result<ServeConfig, String> {
         let layout = self.layout.layout(now_ms)?;
-        if self.etcd_endpoints.is_empty() && u64::from(self.worker_id) > layout.max_worker() {
+        if self.etcd_endpoints.is_empty() {
+            if let Some(&too_big) = self.worker_id.0.iter().find(|&&id| u64::from(id) > layout.max_worker()) {
+                return Err(format!(
+                    "--worker-id {too_big} does not fit --worker-bits {} (maximum {})",
+                    layout.worker_bits,
+                    layout.max_worker()
+                ));
+            }
+            if let Some(slots) = self.slots
+                && slots as usize != self.worker_id.0.len()
+            {
+                return Err(format!(
+                    "--slots {slots} is for etcd mode; in standalone mode the slots are the IDs --worker-id names ({})",
+                    self.worker_id.0.len()
+                ));
+            }
+        }
+        let slots = match self.slots {
+            Some(slots) => slots as usize,
+            None if self.etcd_endpoints.is_empty() => self.worker_id.0.len(),
+            None => 1,
+        };
+        if slots as u64 > layout.max_worker() + 1 {
             return Err(format!(
-                "--worker-id {} does not fit --worker-bits {} (maximum {})",
-                self.worker_id,
+                "--slots {slots} is more than --worker-bits {} allows ({} slots)",
                 layout.worker_bits,
-                layout.max_worker()
+                layout.max_worker() + 1
             ));
         }
         if self.reservation_window_ms < Duration::from_millis(300) {
@@ -242,15 +300,16 @@ impl ServeArgs {
             return Err("--max-wait-ms must be at least 1".into());
         }
         // A batch must be mintable within the longest wait at the layout's rate.
-        let per_tick = layout.max_sequence() + 1;
+        let per_tick = (layout.max_sequence() + 1) * slots as u64;
         let ticks = u64::from(self.max_batch).div_ceil(per_tick);
         let needs_ms = ticks * layout.tick_ms;
         if needs_ms > self.max_wait_ms.as_millis() as u64 {
             return Err(format!(
-                "--max-batch {} needs {needs_ms} ms to mint at {per_tick} IDs per {} ms tick (--sequence-bits {}), more than --max-wait-ms {}",
+                "--max-batch {} needs {needs_ms} ms to mint at {per_tick} IDs per {} ms tick (--sequence-bits {}{}), more than --max-wait-ms {}",
                 self.max_batch,
                 layout.tick_ms,
                 layout.sequence_bits,
+                if slots > 1 { format!(" on {slots} slots") } else { String::new() },
                 self.max_wait_ms.as_millis()
             ));
         }
@@ -263,11 +322,11 @@ impl ServeArgs {
         let worker = if self.etcd_endpoints.is_empty() {
             WorkerConfig::Standalone(StandaloneConfig {
                 state_dir: self.state_dir.clone(),
-                worker_ids: vec![self.worker_id],
+                worker_ids: self.worker_id.0.clone(),
                 accept_missing_state: self.accept_missing_state,
             })
         } else {
-            WorkerConfig::Etcd(self.etcd_config(&layout)?)
+            WorkerConfig::Etcd(self.etcd_config(&layout, slots)?)
         };
         Ok(ServeConfig {
             worker,
@@ -294,7 +353,7 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
-    fn etcd_config(&self, layout: &Layout) -> Result<EtcdConfig, String> {
+    fn etcd_config(&self, layout: &Layout, slots: usize) -> Result<EtcdConfig, String> {
         if self.etcd_endpoints.iter().any(|e| e.trim().is_empty()) {
             return Err("--etcd-endpoints has an empty entry".into());
         }
@@ -312,7 +371,8 @@ impl ServeArgs {
                 ));
             }
             Some(id) => Some(id),
-            None => ordinal_of(&hostname),
+            // The pod with ordinal n prefers the n-th run of `slots` slots.
+            None => ordinal_of(&hostname).and_then(|n| n.checked_mul(slots as u32)),
         };
         let uses_tls = self.etcd_endpoints.iter().any(|e| e.starts_with("https://"))
             || self.etcd_ca.is_some()
@@ -337,6 +397,7 @@ impl ServeArgs {
             prefix,
             lease_ttl: Duration::from_secs(self.lease_ttl),
             preferred_worker_id: preferred,
+            slots,
             hostname,
             tls,
             user,

@@ -68,6 +68,7 @@ pub struct Metrics {
     pub lease_valid: IntGauge,
     pub minting: IntGauge,
     pub worker_id: IntGauge,
+    pub slots_held: IntGauge,
     pub reservation_headroom_seconds: Gauge,
     pub reservation_writes: IntCounterVec,
     pub layout_expiry_timestamp_seconds: Gauge,
@@ -135,7 +136,7 @@ impl Metrics {
         .unwrap();
         let lease_lost = IntCounter::new(
             "snowmint_lease_lost_total",
-            "Times the worker slot was lost (its lease expired, or its key is no longer this instance's) and a slot had to be claimed again.",
+            "Worker slots lost (the lease expired, or a slot's key is no longer this instance's), each claimed again.",
         )
         .unwrap();
         let lease_valid = IntGauge::new(
@@ -145,7 +146,13 @@ impl Metrics {
         .unwrap();
         let minting =
             IntGauge::new("snowmint_minting", "1 while this instance would mint now, 0 while it refuses.").unwrap();
-        let worker_id = IntGauge::new("snowmint_worker_id", "The worker ID held, or -1 while none is held.").unwrap();
+        let worker_id =
+            IntGauge::new("snowmint_worker_id", "The (lowest) worker ID held, or -1 while none is held.").unwrap();
+        let slots_held = IntGauge::new(
+            "snowmint_slots_held",
+            "Worker slots this instance holds and mints on (--slots, or the --worker-id list).",
+        )
+        .unwrap();
         let reservation_headroom_seconds = Gauge::new(
             "snowmint_reservation_headroom_seconds",
             "How far the durable reservation reaches past the wall clock.",
@@ -190,6 +197,7 @@ impl Metrics {
             lease_valid,
             minting,
             worker_id,
+            slots_held,
             reservation_headroom_seconds,
             reservation_writes,
             layout_expiry_timestamp_seconds,
@@ -218,6 +226,7 @@ impl Metrics {
             Box::new(self.lease_valid.clone()),
             Box::new(self.minting.clone()),
             Box::new(self.worker_id.clone()),
+            Box::new(self.slots_held.clone()),
             Box::new(self.reservation_headroom_seconds.clone()),
             Box::new(self.reservation_writes.clone()),
             Box::new(self.layout_expiry_timestamp_seconds.clone()),

@@ -165,7 +165,7 @@ async fn start_keeper(
         }
         WorkerConfig::Etcd(etcd) => {
             let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?;
-            let policy = SlotPolicy::Leased { count: 1, preferred: etcd.preferred_worker_id.into_iter().collect() };
+            let policy = SlotPolicy::Leased { count: etcd.slots, preferred: etcd.preferred() };
             keeper::start(
                 store,
                 keeper_config(policy, etcd.lease_ttl),
@@ -178,9 +178,17 @@ async fn start_keeper(
         }
     };
     started.map_err(|e| match (&config.worker, e) {
-        (WorkerConfig::Etcd(etcd), StartError::Keeper(keeper::KeeperError::AllTaken { slots, .. })) => {
+        (WorkerConfig::Etcd(etcd), StartError::Keeper(keeper::KeeperError::AllTaken { slots, held, wanted })) => {
+            let need = if wanted > 1 {
+                format!(
+                    "; this instance needs {wanted} (--slots {wanted}) and found {held} free, and {} instances of {wanted} slots fit in all",
+                    slots / wanted as u64
+                )
+            } else {
+                String::new()
+            };
             ServeError::Claim(format!(
-                "every worker slot under {}/workers/ is taken ({slots} slots for {} worker bits); stop an instance or widen --worker-bits on a new prefix",
+                "every worker slot under {}/workers/ is taken ({slots} slots for {} worker bits){need}; stop an instance or widen --worker-bits on a new prefix",
                 etcd.prefix, config.layout.worker_bits
             ))
         }

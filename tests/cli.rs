@@ -52,6 +52,10 @@ fn bad_configuration_exits_with_one_clear_line() {
             "--max-batch 65536 needs 16 ms to mint at 4096 IDs per 1 ms tick (--sequence-bits 12), more than --max-wait-ms 10",
         ),
         (&["--max-outstanding-ids", "1000"], "--max-outstanding-ids 1000 is below --max-batch 65536"),
+        (&["--worker-id", "3-1"], "the range 3-1 runs backward"),
+        (&["--worker-id", "1,2,1"], "names a worker ID twice"),
+        (&["--worker-id", "0-3", "--slots", "2"], "--slots 2 is for etcd mode"),
+        (&["--worker-bits", "2", "--worker-id", "0-4"], "--worker-id 4 does not fit --worker-bits 2"),
         (&["--listen", "not-an-address"], "--listen"),
         (&["--log-format", "xml"], "--log-format"),
     ];

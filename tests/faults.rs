@@ -43,6 +43,7 @@ async fn etcd_leader_killed_members_paused_and_a_cold_start() {
     fleet::kill_etcd_leader(&mut fleet).await;
     fleet::pause_etcd(&mut fleet).await;
     fleet::cold_start(&mut fleet, 6).await;
+    fleet::several_slots_per_instance(&mut fleet).await;
     fleet.stop().await;
 }
 
@@ -90,7 +91,7 @@ async fn soak() {
     while Instant::now() < until {
         let i = rng.below(cluster.nodes.len());
         let secs = 1.0 + rng.below(4) as f64;
-        match rng.below(12) {
+        match rng.below(13) {
             0 => {
                 fleet::clock_small_step_back(&mut cluster, i).await;
             }
@@ -123,6 +124,9 @@ async fn soak() {
             }
             10 => {
                 fleet::kill_and_restart(&mut solo, 0, rng.below(3) as f64).await;
+            }
+            11 => {
+                fleet::several_slots_per_instance(&mut cluster).await;
             }
             _ => {
                 fleet::break_state_file(&mut solo, ["deleted", "truncated", "corrupted"][rng.below(3)]).await;

@@ -295,3 +295,29 @@ async fn calls_in_flight_at_sigterm_finish_and_the_final_reservation_covers_them
     let last_ms = all.iter().map(|&id| layout.tick_end_ms(layout.unpack(id).tick)).max().unwrap();
     assert!(saved_reservation(dir.path(), 0) >= last_ms, "the final reservation does not cover the last ID");
 }
+
+/// Standalone with several worker IDs: each has its own state file, a large batch fills each
+/// tick across them in ascending order, and a restart goes on past every one's reservation.
+#[tokio::test]
+async fn several_static_worker_ids_fill_ticks_in_order_and_restart_past_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let layout = Layout::default_snowmint();
+    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "2-3"]);
+    let mut client = process.client().await;
+    next_id_eventually(&mut client, Duration::from_secs(5)).await;
+    let before = client.batch_ids(BatchIdsRequest { count: 20_000 }).await.unwrap().into_inner().ids;
+    assert_increasing(&before);
+    let workers: std::collections::BTreeSet<u64> = before.iter().map(|&id| layout.unpack(id).worker).collect();
+    assert_eq!(workers, [2, 3].into(), "a batch of 20,000 should span both slots");
+    for worker in [2, 3] {
+        assert!(dir.path().join(format!("worker-{worker}.json")).exists());
+    }
+    process.signal("KILL");
+    process.wait(Duration::from_secs(5)).await;
+    let mut again = Process::serve(&["--state-dir", state_dir, "--worker-id", "2-3"]);
+    let mut client = again.client().await;
+    let after = next_id_eventually(&mut client, Duration::from_secs(10)).await;
+    assert!(after > *before.last().unwrap(), "the restart went back");
+    let _ = again.drain_logs();
+}

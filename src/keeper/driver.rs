@@ -255,10 +255,18 @@ impl Driver {
         while let Some(event) = self.keeper.poll_event() {
             self.record(event);
         }
-        if let Holding::Held(grant) = &*self.holding.borrow() {
-            let reserved = grant.slots.iter().map(|s| s.reserved_ms).min().unwrap_or(0);
-            let headroom = (reserved - self.clock.wall_ms()) as f64 / 1000.0;
-            self.metrics.reservation_headroom_seconds.set(headroom);
+        match &*self.holding.borrow() {
+            Holding::Held(grant) => {
+                let reserved = grant.slots.iter().map(|s| s.reserved_ms).min().unwrap_or(0);
+                let headroom = (reserved - self.clock.wall_ms()) as f64 / 1000.0;
+                self.metrics.reservation_headroom_seconds.set(headroom);
+                self.metrics.slots_held.set(grant.slots.len() as i64);
+                self.metrics.worker_id.set(grant.slots.first().map_or(-1, |s| s.worker_id.into()));
+            }
+            Holding::Unheld { .. } => {
+                self.metrics.slots_held.set(0);
+                self.metrics.worker_id.set(-1);
+            }
         }
     }
 
@@ -273,7 +281,6 @@ impl Driver {
                 m.fleet_slots.set(slots as i64);
             }
             Event::SlotTaken { slot, claim, floor_ms, reserved_ms, resumed } => {
-                m.worker_id.set(slot.into());
                 m.lease_valid.set(1);
                 tracing::info!(
                     worker_id = slot,
@@ -286,8 +293,9 @@ impl Driver {
             }
             Event::SlotLost { slot, reason } => {
                 m.lease_lost.inc();
-                m.lease_valid.set(0);
-                m.worker_id.set(-1);
+                if reason == LossReason::SessionGone {
+                    m.lease_valid.set(0);
+                }
                 let why = match reason {
                     LossReason::SessionGone => "the lease is gone on the store",
                     LossReason::NotOurs => "the slot's key is no longer this instance's",

@@ -226,6 +226,9 @@ pub struct Keeper {
     extend_asap: bool,
     /// When the fleet's slots are next counted (etcd mode, once started).
     next_count: Option<Duration>,
+    /// No free slot was found: claim again no sooner than this (the slots held meanwhile
+    /// are read, written and minted on as usual).
+    next_claim_at: Option<Duration>,
     stopping: Option<Stopping>,
     done: bool,
     fatal: Option<KeeperError>,
@@ -269,6 +272,7 @@ impl Keeper {
             progress: Vec::new(),
             extend_asap: false,
             next_count: None,
+            next_claim_at: None,
             stopping: None,
             done: false,
             fatal: None,
@@ -326,9 +330,12 @@ impl Keeper {
         if self.in_flight.is_none() {
             consider(self.session.as_ref().and_then(|s| s.next_renew));
             consider(self.retry_at);
-            consider(self.next_count);
             // Nothing but a renewal goes out before a retry is due.
             let not_before = self.retry_at.unwrap_or_default();
+            consider(self.next_count.map(|t| t.max(not_before)));
+            if self.wants_more_slots() {
+                consider(self.next_claim_at.map(|t| t.max(not_before)));
+            }
             consider(self.next_extension_at(now).map(|t| t.max(not_before)));
         }
         at
@@ -458,7 +465,8 @@ impl Keeper {
         if let Some(&slot) = self.to_release.first() {
             return Some(Request::Release { session, slot });
         }
-        if self.wants_more_slots() {
+        if self.wants_more_slots() && self.next_claim_at.is_none_or(|at| now.boot >= at) {
+            self.next_claim_at = None;
             return Some(self.next_claim_request(session));
         }
         if let Some(read) = self.next_read_request() {
@@ -754,10 +762,11 @@ impl Keeper {
             self.fatal = Some(KeeperError::AllTaken { slots, held: self.slots.len(), wanted: self.wanted() });
             return;
         }
-        // Running: slots may free up (an instance stops, a lease expires); look again later.
+        // Running: slots may free up (an instance stops, a lease expires); look again later,
+        // minting on the slots held meanwhile.
         self.events.push_back(Event::NoFreeSlot { slots });
         self.listing = None;
-        self.retry_at = Some(now.boot + self.jittered(MAX_BACKOFF));
+        self.next_claim_at = Some(now.boot + self.jittered(MAX_BACKOFF));
     }
 
     fn adopt(&mut self, slot: u32) {

@@ -119,11 +119,6 @@ impl Checker {
         if ids.windows(2).any(|w| w[0] >= w[1]) {
             self.violation(now, format!("{owner:?} answered a batch that does not strictly increase"));
         }
-        let mut workers: Vec<u64> = ids.iter().map(|&id| layout.unpack(id).worker).collect();
-        workers.dedup();
-        if workers.len() > 1 {
-            self.violation(now, format!("{owner:?} answered one response from several slots {workers:?}"));
-        }
         for &id in ids {
             if !self.seen.insert(id) {
                 self.violation(now, format!("ID {id} issued twice (now by {owner:?})"));
@@ -137,11 +132,35 @@ impl Checker {
         if let Some(&last) = ids.last() {
             self.last.insert(owner, last);
         }
-        let Some(&first) = ids.first() else { return };
-        let parts = layout.unpack(first);
-        let slot = parts.worker as u32;
-        let tick_end = ids.iter().map(|&id| layout.tick_end_ms(layout.unpack(id).tick)).max().unwrap_or(i64::MIN);
-        let view = view(slot);
+        // Each slot's IDs of the response, checked against that slot's claim.
+        let mut by_slot: BTreeMap<u32, (u64, i64, usize)> = BTreeMap::new();
+        for &id in ids {
+            let parts = layout.unpack(id);
+            let entry = by_slot.entry(parts.worker as u32).or_insert((u64::MAX, i64::MIN, 0));
+            entry.0 = entry.0.min(parts.tick);
+            entry.1 = entry.1.max(layout.tick_end_ms(parts.tick));
+            entry.2 += 1;
+        }
+        for (slot, (lowest, tick_end, count)) in by_slot {
+            self.check_slot(now, layout, owner, session, slot, lowest, tick_end, count, view(slot));
+        }
+    }
+
+    /// Checks `count` IDs minted on `slot` (ticks from `lowest`, the last one ending at
+    /// `tick_end`) against the store's view at that instant.
+    #[allow(clippy::too_many_arguments)]
+    fn check_slot(
+        &mut self,
+        now: Us,
+        layout: &Layout,
+        owner: Owner,
+        session: Option<SessionId>,
+        slot: u32,
+        lowest: u64,
+        tick_end: i64,
+        count: usize,
+        view: StoreView,
+    ) {
         if session.is_none() {
             self.violation(now, format!("{owner:?} minted on slot {slot} with no session"));
         }
@@ -149,7 +168,7 @@ impl Checker {
         if !view.lease_alive {
             self.violation(now, format!("invariant 4: {owner:?} minted on slot {slot} after its lease expired"));
         } else if !view.holds {
-            self.minted_on_lost_key += ids.len() as u64;
+            self.minted_on_lost_key += count as u64;
             let own = self
                 .writes
                 .get(&slot)
@@ -190,7 +209,6 @@ impl Checker {
                     .filter(|(t, _, w, _)| *t <= claimed_at && *w != owner)
                     .map(|(_, v, _, _)| *v)
                     .next_back();
-                let lowest = ids.iter().map(|&id| layout.unpack(id).tick).min().expect("not empty");
                 if let Some(floor) = floor
                     && layout.tick_at(floor).is_some_and(|floor_tick| lowest <= floor_tick)
                 {

@@ -101,6 +101,9 @@ fn timing() {
 #[ignore = "diagnostics"]
 fn show_one() {
     let seed = std::env::var("SNOWMINT_SIM_SEED").map_or(1, |v| v.parse().unwrap());
+    if std::env::var_os("SNOWMINT_SIM_DEFECT_DEADLINE").is_some() {
+        defects::plant(Some(Defect::DeadlineFromReply));
+    }
     let started = Instant::now();
     let world = super::World::new(seed);
     println!("{:?}", world.params());

@@ -47,6 +47,8 @@ pub enum Mode {
 pub struct Params {
     pub mode: Mode,
     pub machines: usize,
+    /// Slots each process holds at once.
+    pub slots: usize,
     pub layout: Layout,
     pub ttl: Duration,
     pub window_ms: i64,
@@ -66,8 +68,15 @@ impl Params {
     pub fn draw(rng: &mut Rng) -> Params {
         let mode = if rng.chance(0.8) { Mode::Etcd } else { Mode::File };
         let machines = rng.between(2, 4) as usize;
-        // Few worker bits, so slots are contended and handed over often.
-        let worker_bits = rng.between(2, 3) as u8;
+        let slots = if rng.chance(0.6) { 1 } else { rng.between(2, 3) as usize };
+        // Few worker bits, so slots are contended and handed over often; a state dir per
+        // machine needs a slot of its own for each.
+        // Enough slots for every machine's, never more than twice that.
+        let needed = (usize::BITS - (machines * slots - 1).leading_zeros()) as u8;
+        let worker_bits = match mode {
+            Mode::Etcd => needed.max(2) + u8::from(rng.chance(0.5)),
+            Mode::File => needed,
+        };
         let sequence_bits = rng.between(6, 10) as u8;
         let layout = Layout::snowmint(crate::layout::DEFAULT_EPOCH_MS, worker_bits, sequence_bits);
         let ttl = Duration::from_secs(rng.between(2, 6));
@@ -80,6 +89,7 @@ impl Params {
         Params {
             mode,
             machines,
+            slots,
             layout,
             ttl,
             window_ms,
@@ -253,8 +263,9 @@ struct Machine {
     reply_loss: bool,
     duplicates: bool,
     next_disk_fault: DiskFault,
-    /// Stop the process for this long right after its next send.
-    pause_after_send: Option<Us>,
+    /// Stop the process for this long right after its next send (of a renewal only, when
+    /// the flag is set).
+    pause_after_send: Option<(Us, bool)>,
     /// The last instant a client got IDs from this machine.
     last_success: Option<Us>,
     /// The last backup of a good state file, restored by the operator after corruption.
@@ -336,7 +347,7 @@ impl World {
                 process: None,
                 incarnations: 0,
                 disk: Disk::default(),
-                slots: vec![i as u32],
+                slots: (0..params.slots as u32).map(|k| (i * params.slots) as u32 + k).collect(),
                 partitioned: false,
                 slow: false,
                 reply_loss: false,
@@ -534,7 +545,7 @@ impl World {
         machine.incarnations += 1;
         let inc = machine.incarnations;
         let (policy, disk) = match self.params.mode {
-            Mode::Etcd => (SlotPolicy::Leased { count: 1, preferred: Vec::new() }, None),
+            Mode::Etcd => (SlotPolicy::Leased { count: self.params.slots, preferred: Vec::new() }, None),
             Mode::File => {
                 if machine.disk.any_corrupt(&machine.slots) {
                     // The real store refuses to open a corrupt state file: the start fails and
@@ -641,8 +652,12 @@ impl World {
         self.record_replies(m);
         if let Some((id, request)) = sent {
             self.trace(|| format!("m{m} sends #{id} {request:?}"));
+            let renewal = matches!(request, Request::Renew { .. });
             self.send(m, id, request);
-            if let Some(d) = self.machines[m].pause_after_send.take() {
+            if let Some((d, renewal_only)) = self.machines[m].pause_after_send
+                && (renewal || !renewal_only)
+            {
+                self.machines[m].pause_after_send = None;
                 self.pause(m, d, false);
             }
         }
@@ -893,6 +908,7 @@ impl World {
         let d = d.min(self.params.fault_until - self.now);
         self.next_pause += 1;
         let id = self.next_pause;
+        self.trace(|| format!("m{m} stopped for {:.3} s", d as f64 / 1e6));
         self.machines[m].paused = Some((self.now + d, id, suspended));
         if suspended {
             self.machines[m].suspended_us += d;
@@ -907,6 +923,7 @@ impl World {
             Fault::GracefulRestart,
             Fault::MinterFailsAtStop,
             Fault::Pause,
+            Fault::PauseAfterSend,
             Fault::PauseAfterSend,
             Fault::Suspend,
             Fault::ClockBackSmall,
@@ -957,8 +974,15 @@ impl World {
                 self.pause(m, d, fault == Fault::Suspend);
             }
             Fault::PauseAfterSend => {
-                let d = self.rng.between(ttl_us / 5, ttl_us * 5 / 2);
-                self.machines[m].pause_after_send = Some(d);
+                // Half the time right after a renewal, and for longer than the lease: the
+                // renewal's reply then waits for a process whose lease is gone.
+                let renewal_only = self.rng.chance(0.5);
+                let d = if renewal_only {
+                    self.rng.between(ttl_us, ttl_us * 5 / 2)
+                } else {
+                    self.rng.between(ttl_us / 5, ttl_us * 5 / 2)
+                };
+                self.machines[m].pause_after_send = Some((d, renewal_only));
             }
             Fault::ClockBackSmall => {
                 self.machines[m].wall_offset_us -= self.rng.between(1, 40) as i64 * 1_000;

@@ -38,8 +38,11 @@ pub struct EtcdConfig {
     /// Key prefix, without a trailing `/`.
     pub prefix: String,
     pub lease_ttl: Duration,
-    /// The slot to try first: the flag, or the StatefulSet ordinal of the hostname.
+    /// The slot to try first: the flag, or the StatefulSet ordinal of the hostname (times
+    /// `slots`); with several slots, the ones after it too.
     pub preferred_worker_id: Option<u32>,
+    /// How many slots to hold at once, under one lease.
+    pub slots: usize,
     /// This host's name, recorded in the worker key.
     pub hostname: String,
     pub tls: Option<EtcdTls>,
@@ -57,12 +60,18 @@ impl std::fmt::Debug for EtcdConfig {
             .field("prefix", &self.prefix)
             .field("lease_ttl", &self.lease_ttl)
             .field("preferred_worker_id", &self.preferred_worker_id)
+            .field("slots", &self.slots)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .finish_non_exhaustive()
     }
 }
 
 impl EtcdConfig {
+    /// The slots to try first: the preferred one and the `slots - 1` after it.
+    pub fn preferred(&self) -> Vec<u32> {
+        self.preferred_worker_id.map_or_else(Vec::new, |p| (p..).take(self.slots).collect())
+    }
+
     /// The timeout of one etcd call: a fifth of the TTL, between 0.3 and 2 s.
     pub fn call_timeout(&self) -> Duration {
         (self.lease_ttl / 5).clamp(Duration::from_millis(300), Duration::from_secs(2))

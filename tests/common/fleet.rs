@@ -633,3 +633,48 @@ fn record(fleet: &mut Fleet, outcome: Outcome) -> Outcome {
     fleet.check_ids();
     outcome
 }
+
+/// Two instances holding three slots each join the fleet: each holds three slots no other
+/// instance mints on, a large batch spans its slots in ascending order within a tick, and
+/// after a kill -9 the restarted one takes three slots again (others, while the dead lease
+/// still holds its own). Every ID stays unique.
+pub async fn several_slots_per_instance(fleet: &mut Fleet) -> Outcome {
+    use snowmint::proto::BatchIdsRequest;
+    let mode = fleet.nodes[0].mode.clone();
+    let started = Instant::now();
+    let base = fleet.nodes.len();
+    for k in 0..2 {
+        let mut node = Node::new(&format!("multi{}", base + k), mode.clone(), &["--slots", "3"], fleet.dir.path());
+        node.start();
+        fleet.nodes.push(node);
+    }
+    let mut recovery = Duration::ZERO;
+    for node in &fleet.nodes[base..] {
+        recovery = recovery.max(node.recovered_after(started, Duration::from_secs(20)).await);
+        assert_eq!(node.metric("snowmint_slots_held").await, 3.0, "{} holds the wrong number of slots", node.name);
+    }
+    // A batch larger than one slot's tick spans slots, in ascending order.
+    for node in &fleet.nodes[base..] {
+        let mut client = node.process.as_ref().expect("running").client().await;
+        let ids = client.batch_ids(BatchIdsRequest { count: 12_000 }).await.unwrap().into_inner().ids;
+        assert_increasing(&ids);
+        let mut workers: Vec<u64> = ids.iter().map(|&id| worker_of(id)).collect();
+        workers.dedup();
+        assert!(workers.len() >= 2, "{}: a batch of 12,000 came from one slot", node.name);
+        fleet.retired.push(HammerLog { ids, calls: Vec::new() });
+    }
+    // kill -9 one of them: it comes back with three slots again.
+    let i = base;
+    fleet.nodes[i].kill9().await;
+    let restarted = Instant::now();
+    fleet.nodes[i].start();
+    recovery = recovery.max(fleet.nodes[i].recovered_after(restarted, Duration::from_secs(20)).await);
+    assert_eq!(fleet.nodes[i].metric("snowmint_slots_held").await, 3.0);
+    // Back to the fleet's size.
+    for _ in 0..2 {
+        let mut node = fleet.nodes.pop().unwrap();
+        node.terminate().await;
+        fleet.retired.append(&mut node.done);
+    }
+    record(fleet, Outcome { fault: "several slots per instance", refusal: Duration::ZERO, recovery })
+}
