@@ -7,7 +7,7 @@ use snowmint::generator::{Generator, Window};
 use snowmint::layout::Layout;
 
 fn generator() -> Generator {
-    let mut generator = Generator::new(Layout::default_snowmint(), 5).expect("the default layout is mintable");
+    let mut generator = Generator::new(Layout::default_snowmint(), 5, 10_000).expect("the default layout is mintable");
     generator.set_windows(&[Window { worker: 7, floor: None, reserved: u64::MAX }]);
     generator
 }

@@ -191,12 +191,14 @@ COUNTERS = [
     "snowmint_ids_issued_total", "snowmint_requests_total",
     "snowmint_clock_backward_total", "snowmint_clock_forward_jumps_total",
     "snowmint_sequence_exhausted_total", "snowmint_sequence_wait_seconds_total",
-    "snowmint_lease_renewals_total",
+    "snowmint_lease_renewals_total", "snowmint_clock_forward_jumps_adopted_total",
 ]
 GAUGES = [
     "snowmint_lease_valid", "snowmint_minting", "snowmint_worker_id",
     "snowmint_reservation_headroom_seconds",
     "snowmint_layout_expiry_timestamp_seconds", "snowmint_build_info",
+    "snowmint_clock_drift_seconds", "snowmint_clock_drift_bound_seconds",
+    "snowmint_fleet_clock_skew_seconds",
 ]
 HISTOGRAMS = [
     "snowmint_request_duration_seconds", "snowmint_batch_size",

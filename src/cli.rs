@@ -186,15 +186,33 @@ pub struct ServeArgs {
     /// How far ahead of the clock reservations reach, in ms.
     #[arg(long, env = "SNOWMINT_RESERVATION_WINDOW_MS", default_value = "3000", value_parser = parse_positive_ms)]
     pub reservation_window_ms: Duration,
-    /// Wall-clock steps back up to this many ms are waited out; larger ones are refused.
+    /// With --max-clock-drift-ms 0 (the strict policy): wall-clock steps back up to this many
+    /// ms are waited out; larger ones are refused.
     #[arg(long, env = "SNOWMINT_MAX_CLOCK_BACK_MS", default_value = "5", value_parser = parse_positive_ms)]
     pub max_clock_back_ms: Duration,
     /// The longest a call waits for IDs, in ms, whatever its own deadline.
     #[arg(long, env = "SNOWMINT_MAX_WAIT_MS", default_value = "1000", value_parser = parse_positive_ms)]
     pub max_wait_ms: Duration,
-    /// Wall-clock jumps forward above this many ms are logged and counted.
+    /// While the wall clock is behind the minting time (a step back, a restart above a
+    /// saved reservation), minting goes on ahead of it by at most this many ms, and refuses
+    /// beyond; 0 keeps IDs' time never ahead of the clock (the strict policy).
+    #[arg(long, env = "SNOWMINT_MAX_CLOCK_DRIFT_MS", default_value = "10000", value_parser = parse_positive_ms)]
+    pub max_clock_drift_ms: Duration,
+    /// How long a forward jump of the wall clock (above --forward-jump-threshold-ms) must
+    /// last before minting follows it, in ms; until then minting time goes on with the
+    /// boot-time clock.
+    #[arg(long, env = "SNOWMINT_FORWARD_JUMP_CONFIRM_MS", default_value = "10000", value_parser = parse_positive_ms)]
+    pub forward_jump_confirm_ms: Duration,
+    /// Wall-clock jumps forward above this many ms (beyond the boot-time clock) are counted,
+    /// and followed only once they have lasted --forward-jump-confirm-ms.
     #[arg(long, env = "SNOWMINT_FORWARD_JUMP_THRESHOLD_MS", default_value = "1000", value_parser = parse_positive_ms)]
     pub forward_jump_threshold_ms: Duration,
+    /// etcd mode: this clock is compared, at the start and every 15 s, with the median of
+    /// other instances' clocks (published with their reservation writes); beyond this many
+    /// ms the start stops, or a running instance stops minting (NOT_SERVING) until its clock
+    /// agrees again. 0 turns the check off.
+    #[arg(long, env = "SNOWMINT_MAX_FLEET_SKEW_MS", default_value = "30000", value_parser = parse_positive_ms)]
+    pub max_fleet_skew_ms: Duration,
     /// etcd endpoints (comma-separated URLs); when given, the worker ID is leased from etcd
     /// instead of --worker-id, and reservations live in etcd instead of --state-dir.
     #[arg(long, env = "SNOWMINT_ETCD_ENDPOINTS", value_delimiter = ',')]
@@ -335,8 +353,11 @@ impl ServeArgs {
             max_batch: self.max_batch,
             max_outstanding_ids: self.max_outstanding_ids as usize,
             max_clock_back: self.max_clock_back_ms,
+            max_clock_drift: self.max_clock_drift_ms,
+            forward_jump_confirm: self.forward_jump_confirm_ms,
             max_wait: self.max_wait_ms,
             forward_jump_threshold: self.forward_jump_threshold_ms,
+            max_fleet_skew: self.max_fleet_skew_ms,
             shutdown_grace: self.shutdown_grace_ms,
             tls: self.tls_cert.clone().zip(self.tls_key.clone()).map(|(cert, key)| GrpcTls {
                 cert,

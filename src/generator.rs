@@ -17,9 +17,9 @@ use crate::layout::{FieldOrder, Layout, LayoutError, Parts};
 pub enum Blocked {
     /// Nothing can be minted before tick `tick`; ask again once the clock reaches it.
     WaitUntil { tick: u64, reason: WaitReason },
-    /// The clock is more than the wait threshold behind where minting must go on: refuse at
-    /// once. Minting resumes by itself once the clock passes `last_tick`.
-    Refuse { behind: u64, last_tick: u64, reason: RefuseReason },
+    /// The clock is further behind where minting must go on than the generator may wait or
+    /// borrow: refuse at once. Minting resumes by itself once the clock reaches `resume`.
+    Refuse { behind: u64, resume: u64, reason: RefuseReason },
     /// `tick` is past the reservation `reserved`: minting it could repeat IDs after a
     /// restart or a take-over, so it waits for the reservation to be extended.
     Fenced { tick: u64, reserved: u64 },
@@ -41,11 +41,11 @@ pub enum WaitReason {
 /// Why a refusal happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefuseReason {
-    /// The wall clock stepped back past the threshold after this generator minted.
-    ClockStepBack,
-    /// The clock has not yet passed the reservation a previous run or holder of the slot
-    /// saved, and the gap is beyond the threshold.
-    BelowFloor,
+    /// The wall clock stepped back past the bound after this generator minted at `last_tick`.
+    ClockStepBack { last_tick: u64 },
+    /// The clock has not yet passed `floor`, the reservation a previous run or holder of the
+    /// slot saved, and the gap is beyond the bound.
+    BelowFloor { floor: u64 },
 }
 
 /// The window one slot may mint in.
@@ -73,15 +73,20 @@ pub struct Generator {
     last: Option<Parts>,
     /// In ascending worker order.
     slots: Vec<Slot>,
-    /// Steps back of at most this many ticks are waited out; larger ones are refused.
+    /// Strict policy (`max_ahead` 0): steps back of at most this many ticks are waited out;
+    /// larger ones are refused.
     max_back: u64,
+    /// Hybrid policy: while the clock is behind the minting time (a step back, a floor ahead
+    /// of it), minting goes on ahead of the clock by at most this many ticks, taking the next
+    /// tick as each sequence runs out; beyond it, refused. 0: the strict policy.
+    max_ahead: u64,
 }
 
 impl Generator {
     /// A generator for `layout` holding no slot yet. Only layouts whose IDs order as
     /// (time, worker, sequence) and keep the sign bit 0 can be minted: the generator relies
     /// on consecutive sequence numbers being consecutive IDs.
-    pub fn new(layout: Layout, max_back: u64) -> Result<Generator, LayoutError> {
+    pub fn new(layout: Layout, max_back: u64, max_ahead: u64) -> Result<Generator, LayoutError> {
         if layout.order != FieldOrder::WorkerSequence {
             return Err(LayoutError::NotMintable {
                 name: layout.name.clone(),
@@ -96,7 +101,7 @@ impl Generator {
                 why: format!("its fields take {} bits; minted IDs keep the sign bit 0", layout.total_bits()),
             });
         }
-        Ok(Generator { layout, last: None, slots: Vec::new(), max_back })
+        Ok(Generator { layout, last: None, slots: Vec::new(), max_back, max_ahead })
     }
 
     pub fn layout(&self) -> &Layout {
@@ -151,15 +156,17 @@ impl Generator {
         window.floor.is_none_or(|f| tick > f) && tick <= window.reserved
     }
 
-    /// The next position to mint at no later than tick `now`: (tick, slot index, sequence),
-    /// or why there is none.
+    /// The next position to mint at tick `now`: (tick, slot index, sequence), or why there is
+    /// none. The tick is `now`, or (hybrid policy, while the clock is behind the minting time)
+    /// up to `max_ahead` ticks past it.
     fn next_position(&self, now: u64) -> Result<(u64, usize, u64), Blocked> {
         if self.slots.is_empty() {
             return Err(Blocked::NoSlot);
         }
-        // The rest of the current tick: the same slot's next sequence, then higher slots.
+        // The rest of the current tick: the same slot's next sequence, then higher slots;
+        // while the clock is behind, within the bound.
         if let Some(last) = self.last
-            && now == last.tick
+            && (now == last.tick || (now < last.tick && last.tick - now <= self.max_ahead))
         {
             if last.sequence < self.layout.max_sequence()
                 && let Some(i) = self.slots.iter().position(|s| s.window.worker == last.worker)
@@ -184,35 +191,46 @@ impl Generator {
         // Waiting for a previous holder's reservation to pass, not for this generator's own
         // last tick: a clock short of it has not stepped back.
         let below_floor = self.last.is_none_or(|l| first_free > l.tick + 1);
-        if let Some(last) = self.last
-            && now < last.tick
-            && !below_floor
-        {
-            // Invariant 5: a step back never resets the sequence; the generator waits for
-            // the clock to come back, or refuses.
-            let behind = last.tick - now;
-            return Err(if behind <= self.max_back {
-                Blocked::WaitUntil { tick: last.tick, reason: WaitReason::ClockBehind { behind } }
-            } else {
-                Blocked::Refuse { behind, last_tick: last.tick, reason: RefuseReason::ClockStepBack }
-            });
-        }
-        if first_free > now {
-            if !below_floor {
-                return Err(Blocked::WaitUntil { tick: first_free, reason: WaitReason::SequenceExhausted });
-            }
-            let behind = first_free - 1 - now;
-            return Err(if behind <= self.max_back {
-                Blocked::WaitUntil { tick: first_free, reason: WaitReason::BelowFloor { behind } }
-            } else {
-                Blocked::Refuse { behind, last_tick: first_free - 1, reason: RefuseReason::BelowFloor }
-            });
-        }
+        let clock_behind = self.last.is_some_and(|l| now < l.tick);
+        let tick = if now >= first_free {
+            now
+        } else if (clock_behind || below_floor) && first_free - now <= self.max_ahead {
+            // The minting time goes on ahead of a clock that is behind it: borrowed time,
+            // covered by the reservation like any other (checked below).
+            first_free
+        } else {
+            return Err(self.blocked(now, first_free, clock_behind, below_floor));
+        };
         // Invariant 1: a tick is minted only while a reservation covers it.
-        match self.slots.iter().position(|s| Self::usable(&s.window, now)) {
-            Some(i) => Ok((now, i, 0)),
-            None => Err(Blocked::Fenced { tick: now, reserved: self.reserved().expect("slots is not empty") }),
+        match self.slots.iter().position(|s| Self::usable(&s.window, tick)) {
+            Some(i) => Ok((tick, i, 0)),
+            None => Err(Blocked::Fenced { tick, reserved: self.reserved().expect("slots is not empty") }),
         }
+    }
+
+    /// Why nothing can be minted at `now` when the next free tick is `first_free`, ahead of it.
+    fn blocked(&self, now: u64, first_free: u64, clock_behind: bool, below_floor: bool) -> Blocked {
+        if clock_behind && !below_floor {
+            // Invariant 5: a step back never resets the sequence; the generator waits for the
+            // clock to come back, borrows within the bound, or refuses.
+            let last = self.last.expect("the clock is behind a tick minted").tick;
+            let behind = last - now;
+            if self.max_ahead == 0 && behind <= self.max_back {
+                return Blocked::WaitUntil { tick: last, reason: WaitReason::ClockBehind { behind } };
+            }
+            let resume = first_free.saturating_sub(self.max_ahead).max(now + 1);
+            return Blocked::Refuse { behind, resume, reason: RefuseReason::ClockStepBack { last_tick: last } };
+        }
+        if !below_floor {
+            return Blocked::WaitUntil { tick: first_free, reason: WaitReason::SequenceExhausted };
+        }
+        let floor = first_free - 1;
+        let behind = floor - now;
+        if self.max_ahead == 0 && behind <= self.max_back {
+            return Blocked::WaitUntil { tick: first_free, reason: WaitReason::BelowFloor { behind } };
+        }
+        let resume = first_free.saturating_sub(self.max_ahead).max(now + 1);
+        Blocked::Refuse { behind, resume, reason: RefuseReason::BelowFloor { floor } }
     }
 
     /// Why the generator could not mint at tick `now`, without changing anything; `None`
@@ -280,7 +298,7 @@ mod tests {
     }
 
     fn generator(layout: Layout, worker: u64, floor: Option<u64>, reserved: u64, max_back: u64) -> Generator {
-        let mut g = Generator::new(layout, max_back).unwrap();
+        let mut g = Generator::new(layout, max_back, 0).unwrap();
         g.set_windows(&[Window { worker, floor, reserved }]);
         g
     }
@@ -322,7 +340,7 @@ mod tests {
         g.next_id(100).unwrap();
         assert_eq!(
             g.next_id(94),
-            Err(Blocked::Refuse { behind: 6, last_tick: 100, reason: RefuseReason::ClockStepBack })
+            Err(Blocked::Refuse { behind: 6, resume: 101, reason: RefuseReason::ClockStepBack { last_tick: 100 } })
         );
         assert_eq!(layout().unpack(g.next_id(100).unwrap()).sequence, 1);
     }
@@ -333,7 +351,7 @@ mod tests {
         assert_eq!(g.last(), None);
         assert_eq!(
             g.next_id(400),
-            Err(Blocked::Refuse { behind: 100, last_tick: 500, reason: RefuseReason::BelowFloor })
+            Err(Blocked::Refuse { behind: 100, resume: 501, reason: RefuseReason::BelowFloor { floor: 500 } })
         );
         assert_eq!(g.next_id(497), Err(Blocked::WaitUntil { tick: 501, reason: WaitReason::BelowFloor { behind: 3 } }));
         assert_eq!(g.next_id(500), Err(Blocked::WaitUntil { tick: 501, reason: WaitReason::BelowFloor { behind: 0 } }));
@@ -367,9 +385,63 @@ mod tests {
         assert_eq!(parts[5], Parts { tick: 6, worker: 2, sequence: 2 });
     }
 
+    /// The hybrid policy: a clock that steps back within the bound is no refusal; minting
+    /// goes on at the last tick, then past it as each sequence runs out, never going back.
+    #[test]
+    fn a_step_back_within_the_bound_borrows_time_instead_of_refusing() {
+        let mut g = Generator::new(small_layout(), 0, 10).unwrap();
+        g.set_windows(&[Window { worker: 1, floor: None, reserved: 1_000 }]);
+        let first = small_layout().unpack(g.next_id(100).unwrap());
+        // The clock steps back 8 ticks: minting goes on at 100, then 101, 102...
+        let mut out = Vec::new();
+        g.fill(92, &mut out, 10).unwrap();
+        let ticks: Vec<u64> = out.iter().map(|&id| small_layout().unpack(id).tick).collect();
+        assert_eq!(ticks, [100, 100, 100, 101, 101, 101, 101, 102, 102, 102]);
+        assert!(out[0] > small_layout().pack(first));
+        // Tick 102 is the bound (92 + 10): its last ID, then a refusal that says when the clock
+        // is back within the bound.
+        let mut more = Vec::new();
+        let blocked = g.fill(92, &mut more, 1_000).unwrap_err();
+        assert_eq!(more.len(), 1, "went past the bound");
+        assert_eq!(
+            blocked,
+            Blocked::Refuse { behind: 10, resume: 93, reason: RefuseReason::ClockStepBack { last_tick: 102 } }
+        );
+    }
+
+    /// A floor just ahead of the clock (a restart after kill -9 with its reservation saved a
+    /// window ahead) is minted above at once under the hybrid policy.
+    #[test]
+    fn a_floor_within_the_bound_is_minted_above_at_once() {
+        let mut g = Generator::new(layout(), 0, 3_000).unwrap();
+        g.set_windows(&[Window { worker: 4, floor: Some(2_900), reserved: 6_000 }]);
+        assert_eq!(layout().unpack(g.next_id(1_000).unwrap()).tick, 2_901);
+        let mut g = Generator::new(layout(), 0, 3_000).unwrap();
+        g.set_windows(&[Window { worker: 4, floor: Some(5_000), reserved: 9_000 }]);
+        assert_eq!(
+            g.next_id(1_000),
+            Err(Blocked::Refuse { behind: 4_000, resume: 2_001, reason: RefuseReason::BelowFloor { floor: 5_000 } })
+        );
+        // Borrowing never passes the reservation.
+        let mut g = Generator::new(layout(), 0, 3_000).unwrap();
+        g.set_windows(&[Window { worker: 4, floor: Some(2_900), reserved: 2_900 }]);
+        assert_eq!(g.next_id(1_000), Err(Blocked::Fenced { tick: 2_901, reserved: 2_900 }));
+    }
+
+    /// With the clock current, a used-up tick is waited out, not borrowed past.
+    #[test]
+    fn an_exhausted_tick_waits_even_under_the_hybrid_policy() {
+        let mut g = Generator::new(small_layout(), 0, 10).unwrap();
+        g.set_windows(&[Window { worker: 1, floor: None, reserved: 1_000 }]);
+        let mut out = Vec::new();
+        let blocked = g.fill(50, &mut out, 5).unwrap_err();
+        assert_eq!(out.len(), 4);
+        assert_eq!(blocked, Blocked::WaitUntil { tick: 51, reason: WaitReason::SequenceExhausted });
+    }
+
     #[test]
     fn several_slots_fill_each_tick_in_worker_order() {
-        let mut g = Generator::new(small_layout(), 5).unwrap();
+        let mut g = Generator::new(small_layout(), 5, 0).unwrap();
         g.set_windows(&[
             Window { worker: 4, floor: None, reserved: 1_000 },
             Window { worker: 1, floor: None, reserved: 1_000 },
@@ -389,11 +461,11 @@ mod tests {
     #[test]
     fn layouts_that_cannot_be_minted_say_why() {
         for name in ["sonyflake", "discord", "instagram"] {
-            let err = Generator::new(Layout::named(name).unwrap(), 5).unwrap_err();
+            let err = Generator::new(Layout::named(name).unwrap(), 5, 0).unwrap_err();
             assert!(matches!(err, LayoutError::NotMintable { .. }), "{name}: {err}");
             assert!(err.to_string().contains(name), "{err}");
         }
-        Generator::new(Layout::named("twitter").unwrap(), 5).unwrap();
+        Generator::new(Layout::named("twitter").unwrap(), 5, 0).unwrap();
     }
 
     /// One step of a random run: the clock moves, then the generator is asked for IDs.
@@ -423,7 +495,7 @@ mod tests {
         let mut layouts: Vec<Layout> =
             crate::layout::NAMED_LAYOUTS.iter().map(|name| Layout::named(name).unwrap()).collect();
         layouts.extend([Layout::snowmint(0, 10, 2), Layout::snowmint(0, 0, 1), Layout::snowmint(0, 20, 3)]);
-        layouts.into_iter().filter(|l| Generator::new(l.clone(), 0).is_ok()).collect()
+        layouts.into_iter().filter(|l| Generator::new(l.clone(), 0, 0).is_ok()).collect()
     }
 
     proptest! {
@@ -437,10 +509,11 @@ mod tests {
             start in 0u64..1_000,
             floors in prop::collection::vec(prop::option::of(0u64..1_200), 1..=3),
             max_back in 0u64..10,
+            max_ahead in prop_oneof![Just(0u64), 1u64..3_000],
         ) {
             let layouts = mintable_layouts();
             let layout = layouts[layout_index % layouts.len()].clone();
-            let mut g = Generator::new(layout.clone(), max_back).unwrap();
+            let mut g = Generator::new(layout.clone(), max_back, max_ahead).unwrap();
             let mut windows: Vec<Window> = floors
                 .iter()
                 .enumerate()
@@ -467,7 +540,10 @@ mod tests {
                 if let Err(blocked) = result {
                     match blocked {
                         Blocked::WaitUntil { tick, .. } => prop_assert!(tick > now as u64 || g.last().is_some_and(|l| l.tick == tick)),
-                        Blocked::Refuse { behind, .. } => prop_assert!(behind > max_back),
+                        Blocked::Refuse { behind, resume, .. } => {
+                            prop_assert!(resume > now as u64);
+                            prop_assert!(max_ahead > 0 || behind > max_back);
+                        }
                         Blocked::Fenced { tick, reserved } => prop_assert!(tick > reserved),
                         Blocked::NoSlot => prop_assert!(false, "slots are held"),
                     }
@@ -477,7 +553,7 @@ mod tests {
                     let window = windows.iter().find(|w| w.worker == parts.worker);
                     prop_assert!(window.is_some(), "minted for a slot not held");
                     let window = window.unwrap();
-                    prop_assert!(parts.tick <= now as u64, "minted a tick ahead of the clock");
+                    prop_assert!(parts.tick <= now as u64 + max_ahead, "minted a tick further ahead of the clock than the bound");
                     prop_assert!(parts.tick <= window.reserved, "minted past the reservation");
                     prop_assert!(window.floor.is_none_or(|f| parts.tick > f), "minted at or below the floor");
                 }

@@ -4,7 +4,8 @@
 //!
 //! - [`layout`], [`generator`], [`clock`]: the pure core. A layout packs (time, worker,
 //!   sequence) into 64 bits; the generator turns ticks into IDs or says why it cannot; the
-//!   clock trait lets tests step time back and forth. No I/O, no tokio.
+//!   clock trait lets tests step time back and forth; [`clock_filter`] follows a forward
+//!   jump of the wall clock only once it has lasted. No I/O, no tokio.
 //! - [`minter`]: the single task that owns the generator and answers every request.
 //! - [`keeper`]: the slot keeper, the one place the claim and reservation rules live, as a
 //!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
@@ -25,6 +26,7 @@ pub mod calls;
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod clock_filter;
 pub mod defects;
 pub mod generator;
 pub mod grant;

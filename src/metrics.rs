@@ -46,9 +46,11 @@ pub const CODES: [&str; 17] = [
 pub const RESULT_OK: &str = "ok";
 pub const RESULT_FAILED: &str = "failed";
 
-/// The `action` label of clock steps back: waited out, or refused.
+/// The `action` label of clock steps back: waited out, refused, or minted through on borrowed
+/// time (the hybrid policy).
 pub const ACTION_WAITED: &str = "waited";
 pub const ACTION_REFUSED: &str = "refused";
+pub const ACTION_BORROWED: &str = "borrowed";
 
 /// All of snowmint's metrics.
 #[derive(Clone)]
@@ -61,6 +63,9 @@ pub struct Metrics {
     pub clock_backward: IntCounterVec,
     pub clock_backward_seconds: Histogram,
     pub clock_forward_jumps: IntCounter,
+    pub clock_forward_jumps_adopted: IntCounter,
+    pub clock_drift_seconds: Gauge,
+    pub clock_drift_bound_seconds: Gauge,
     pub sequence_exhausted: IntCounter,
     pub sequence_wait_seconds: prometheus::Counter,
     pub lease_renewals: IntCounterVec,
@@ -74,6 +79,7 @@ pub struct Metrics {
     pub layout_expiry_timestamp_seconds: Gauge,
     pub fleet_slots_in_use: IntGauge,
     pub fleet_slots: IntGauge,
+    pub fleet_clock_skew: Gauge,
     pub build_info: IntGaugeVec,
 }
 
@@ -104,7 +110,7 @@ impl Metrics {
         let clock_backward = IntCounterVec::new(
             Opts::new(
                 "snowmint_clock_backward_total",
-                "Wall-clock steps back seen while minting, by what was done: waited out or refused.",
+                "Wall-clock steps back seen while minting, by what was done: waited out, refused, or minted through on borrowed time.",
             ),
             &["action"],
         )
@@ -116,7 +122,22 @@ impl Metrics {
         .unwrap();
         let clock_forward_jumps = IntCounter::new(
             "snowmint_clock_forward_jumps_total",
-            "Wall-clock jumps forward larger than the configured threshold.",
+            "Wall-clock jumps forward larger than --forward-jump-threshold-ms, seen (not followed until confirmed).",
+        )
+        .unwrap();
+        let clock_forward_jumps_adopted = IntCounter::new(
+            "snowmint_clock_forward_jumps_adopted_total",
+            "Forward jumps of the wall clock that lasted --forward-jump-confirm-ms and were followed.",
+        )
+        .unwrap();
+        let clock_drift_seconds = Gauge::new(
+            "snowmint_clock_drift_seconds",
+            "How far the minting time is ahead of the wall clock (borrowed time); refused beyond --max-clock-drift-ms.",
+        )
+        .unwrap();
+        let clock_drift_bound_seconds = Gauge::new(
+            "snowmint_clock_drift_bound_seconds",
+            "--max-clock-drift-ms: how far the minting time may run ahead of the wall clock (0: the strict policy).",
         )
         .unwrap();
         let sequence_exhausted = IntCounter::new(
@@ -175,6 +196,11 @@ impl Metrics {
         .unwrap();
         let fleet_slots =
             IntGauge::new("snowmint_fleet_slots", "Worker slots the layout allows (2^worker_bits).").unwrap();
+        let fleet_clock_skew = Gauge::new(
+            "snowmint_fleet_clock_skew_seconds",
+            "This instance's wall clock minus the median of other instances' clocks (etcd mode), as last sampled.",
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -190,6 +216,9 @@ impl Metrics {
             clock_backward,
             clock_backward_seconds,
             clock_forward_jumps,
+            clock_forward_jumps_adopted,
+            clock_drift_seconds,
+            clock_drift_bound_seconds,
             sequence_exhausted,
             sequence_wait_seconds,
             lease_renewals,
@@ -203,6 +232,7 @@ impl Metrics {
             layout_expiry_timestamp_seconds,
             fleet_slots_in_use,
             fleet_slots,
+            fleet_clock_skew,
             build_info,
         };
         metrics.register_all();
@@ -219,6 +249,9 @@ impl Metrics {
             Box::new(self.clock_backward.clone()),
             Box::new(self.clock_backward_seconds.clone()),
             Box::new(self.clock_forward_jumps.clone()),
+            Box::new(self.clock_forward_jumps_adopted.clone()),
+            Box::new(self.clock_drift_seconds.clone()),
+            Box::new(self.clock_drift_bound_seconds.clone()),
             Box::new(self.sequence_exhausted.clone()),
             Box::new(self.sequence_wait_seconds.clone()),
             Box::new(self.lease_renewals.clone()),
@@ -232,6 +265,7 @@ impl Metrics {
             Box::new(self.layout_expiry_timestamp_seconds.clone()),
             Box::new(self.fleet_slots_in_use.clone()),
             Box::new(self.fleet_slots.clone()),
+            Box::new(self.fleet_clock_skew.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -243,7 +277,7 @@ impl Metrics {
         for method in METHODS.into_iter().chain([OTHER_METHOD]) {
             self.method(method);
         }
-        for action in [ACTION_WAITED, ACTION_REFUSED] {
+        for action in [ACTION_WAITED, ACTION_REFUSED, ACTION_BORROWED] {
             self.clock_backward.with_label_values(&[action]);
         }
         for result in [RESULT_OK, RESULT_FAILED] {

@@ -20,6 +20,7 @@ use tonic_health::server::HealthReporter;
 
 use crate::calls::Counted;
 use crate::clock::Clock;
+use crate::clock_filter::{ClockFilter, FilteredClock, JumpEvent};
 use crate::generator::Generator;
 use crate::grant::Minted;
 use crate::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy, StartError};
@@ -102,8 +103,15 @@ pub struct ServeConfig {
     /// `RESOURCE_EXHAUSTED`.
     pub max_outstanding_ids: usize,
     pub max_clock_back: Duration,
+    /// How far the minting time may run ahead of a wall clock that is behind it (0: strict).
+    pub max_clock_drift: Duration,
     pub max_wait: Duration,
     pub forward_jump_threshold: Duration,
+    /// How long a forward jump must last before it is followed.
+    pub forward_jump_confirm: Duration,
+    /// etcd mode: beyond this far from the median of the other instances' clocks, the start
+    /// stops or minting stops until the clock agrees again. Zero: no check.
+    pub max_fleet_skew: Duration,
     /// How long calls in flight get to finish once shutdown starts.
     pub shutdown_grace: Duration,
     /// gRPC over TLS; plain text when `None`.
@@ -130,6 +138,29 @@ pub enum ServeError {
     Tls(String),
 }
 
+/// `clock` with forward jumps confirmed before they are followed, logged and counted.
+fn filtered(clock: Arc<dyn Clock>, config: &ServeConfig, metrics: &Metrics) -> Arc<dyn Clock> {
+    let filter = ClockFilter::new(config.forward_jump_threshold, config.forward_jump_confirm);
+    let (seen, adopted) = (metrics.clock_forward_jumps.clone(), metrics.clock_forward_jumps_adopted.clone());
+    let confirm = config.forward_jump_confirm;
+    let on_jump = move |event: JumpEvent| match event {
+        JumpEvent::Seen { ahead_ms } => {
+            seen.inc();
+            tracing::warn!(
+                ahead_ms,
+                confirm_ms = confirm.as_millis() as u64,
+                "the wall clock jumped forward; minting time goes on with the boot-time clock until the jump has lasted the confirmation window"
+            );
+        }
+        JumpEvent::Adopted { ahead_ms } => {
+            adopted.inc();
+            tracing::warn!(ahead_ms, "the wall clock's jump forward lasted; following it");
+        }
+        JumpEvent::Corrected => tracing::info!("the wall clock came back before its jump forward was confirmed"),
+    };
+    Arc::new(FilteredClock::new(clock, filter, Arc::new(on_jump)))
+}
+
 /// How long the final reservation and the release may take on shutdown.
 const FINISH_LIMIT: Duration = Duration::from_secs(5);
 
@@ -147,6 +178,7 @@ async fn start_keeper(
         window_ms: config.reservation_window.as_millis() as i64,
         layout: config.layout.clone(),
         seed,
+        max_fleet_skew_ms: (!config.max_fleet_skew.is_zero()).then_some(config.max_fleet_skew.as_millis() as i64),
     };
     let started = match &config.worker {
         WorkerConfig::Standalone(standalone) => {
@@ -212,10 +244,13 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     config.layout.validate_for_minting(clock.wall_ms())?;
-    Generator::new(config.layout.clone(), 0)?;
+    Generator::new(config.layout.clone(), 0, 0)?;
     let tls = config.tls.as_ref().map(GrpcTls::server_config).transpose()?;
     let metrics = Metrics::new();
     metrics.layout_expiry_timestamp_seconds.set(config.layout.expiry_ms() as f64 / 1000.0);
+    // The minter and the keeper read one filtered wall clock: a forward jump is followed
+    // only once it has lasted, so a jump corrected soon never drags the reservations ahead.
+    let clock = filtered(clock, &config, &metrics);
 
     let keeper = start_keeper(&config, &clock, &metrics).await?;
     // Stopped only once the gRPC server is done with the calls in flight.
@@ -228,8 +263,8 @@ pub async fn run(
     let minter_config = MinterConfig {
         layout: config.layout.clone(),
         max_clock_back: config.max_clock_back,
+        max_clock_drift: config.max_clock_drift,
         max_wait: config.max_wait,
-        forward_jump_threshold: config.forward_jump_threshold,
     };
     let (mint, readiness, minter_task) = minter::spawn(
         minter_config,

@@ -1,7 +1,11 @@
-//! Each branch of the clock policy, over the real server with a manual clock: a small step
-//! back is waited out, a large one is refused at once and recovers by itself, no call waits
-//! past its deadline, an exhausted sequence waits for the next tick, and a forward jump is
-//! followed by the reservation.
+//! Each branch of both clock policies, over the real server with a manual clock.
+//!
+//! Strict (`--max-clock-drift-ms 0`): a small step back is waited out, a large one is refused
+//! at once and recovers by itself, no call waits past its deadline. Hybrid (the default): a
+//! step back within the bound mints on borrowed time with no refusal and the drift gauge
+//! shows it, one beyond it is refused and recovers once the clock is back within the bound;
+//! a forward jump is followed only once it has lasted, so a corrected one costs nothing.
+//! Both: an exhausted sequence waits for the next tick.
 
 mod common;
 
@@ -13,10 +17,22 @@ use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::layout::Layout;
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
 
+/// A server under the strict policy.
 async fn start() -> (TestServer, ManualClock, tempfile::TempDir) {
+    start_with(Duration::ZERO).await
+}
+
+/// A server under the hybrid policy with a drift bound of 10 s.
+async fn start_hybrid() -> (TestServer, ManualClock, tempfile::TempDir) {
+    start_with(Duration::from_secs(10)).await
+}
+
+async fn start_with(max_clock_drift: Duration) -> (TestServer, ManualClock, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+    let mut config = config(dir.path());
+    config.max_clock_drift = max_clock_drift;
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
     (server, clock, dir)
 }
 
@@ -143,17 +159,105 @@ async fn exhausted_sequence_waits_for_the_next_tick() {
 }
 
 #[tokio::test]
-async fn forward_jump_is_counted_and_followed_by_the_reservation() {
-    let (server, clock, _dir) = start().await;
+async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
+    let (server, clock, _dir) = start_hybrid().await;
+    let mut client = server.client().await;
+    let layout = Layout::default_snowmint();
+    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let first_ms = layout.tick_start_ms(layout.unpack(first).tick);
+
+    clock.step_wall(-4_000);
+    // 10,000 IDs with the clock frozen 4 s behind: three ticks past the last one used.
+    let ids = client.batch_ids(BatchIdsRequest { count: 10_000 }).await.unwrap().into_inner().ids;
+    assert_eq!(ids.len(), 10_000);
+    assert!(ids[0] > first);
+    assert_increasing(&ids);
+    let last_ms = layout.tick_start_ms(layout.unpack(ids[9_999]).tick);
+    assert_eq!(last_ms, first_ms + 2, "borrowed ticks follow the last one used");
+    let drift = server.metric("snowmint_clock_drift_seconds").await;
+    let expected = (last_ms - clock.wall_ms()) as f64 / 1000.0;
+    assert!((drift - expected).abs() < 0.002, "drift gauge {drift}, minting time is {expected} s ahead");
+    assert_eq!(wait_ready(&server, 200).await, "ready\n");
+    assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="borrowed"}"#).await, 1.0);
+    assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await, 0.0);
+
+    // The clock catches up: borrowing ends, the gauge goes back to 0.
+    clock.advance(Duration::from_millis(4_100));
+    let next = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    assert!(next > ids[9_999]);
+    assert_eq!(layout.tick_start_ms(layout.unpack(next).tick), clock.wall_ms());
+    assert_eq!(server.metric("snowmint_clock_drift_seconds").await, 0.0);
+    assert_eq!(server.metric(r#"snowmint_requests_total{code="Unavailable",method="BatchIds"}"#).await, 0.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn hybrid_a_step_back_beyond_the_bound_is_refused_and_recovers_within_it() {
+    let (server, clock, _dir) = start_hybrid().await;
     let mut client = server.client().await;
     let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
-    // Past the 3 s reservation window: minting waits for the reservation to catch up.
-    clock.step_wall(60_000);
+
+    clock.step_wall(-15_000);
+    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("behind"), "{}", status.message());
+    assert!(wait_ready(&server, 503).await.contains("behind"));
+    assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await, 1.0);
+    assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="borrowed"}"#).await, 0.0);
+
+    // Back within the bound (9 s behind the last tick): minting goes on, ahead of the clock.
+    clock.step_wall(6_000);
+    wait_ready(&server, 200).await;
     let second = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
     assert!(second > first);
+    let drift = server.metric("snowmint_clock_drift_seconds").await;
+    assert!((8.9..=9.1).contains(&drift), "drift {drift}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_forward_jump_corrected_before_it_is_confirmed_costs_nothing() {
+    for (policy, drift) in [("strict", Duration::ZERO), ("hybrid", Duration::from_secs(10))] {
+        let (server, clock, _dir) = start_with(drift).await;
+        let mut client = server.client().await;
+        let layout = Layout::default_snowmint();
+        let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+        let before = clock.wall_ms();
+
+        // An hour ahead, corrected 2 s later: minting time follows the boot-time clock.
+        clock.step_wall(3_600_000);
+        clock.advance(Duration::from_millis(1_000));
+        let during = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+        let during_ms = layout.tick_start_ms(layout.unpack(during).tick);
+        assert!(during_ms <= before + 1_000 + 1_000, "{policy}: followed the jump at once");
+        assert!(during > first);
+        assert_eq!(server.metric("snowmint_clock_forward_jumps_total").await, 1.0, "{policy}");
+        clock.advance(Duration::from_millis(1_000));
+        clock.step_wall(-3_600_000);
+        let after = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+        assert!(after > during, "{policy}");
+        assert_eq!(layout.tick_start_ms(layout.unpack(after).tick), clock.wall_ms(), "{policy}");
+        assert_eq!(server.metric("snowmint_clock_forward_jumps_adopted_total").await, 0.0, "{policy}");
+        assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await, 0.0, "{policy}");
+        assert_eq!(wait_ready(&server, 200).await, "ready\n", "{policy}");
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_forward_jump_that_lasts_is_followed() {
+    let (server, clock, _dir) = start_hybrid().await;
+    let mut client = server.client().await;
     let layout = Layout::default_snowmint();
+    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    clock.step_wall(60_000);
+    client.next_id(NextIdRequest {}).await.unwrap();
+    // Past the 10 s confirmation window the jump is adopted.
+    clock.advance(Duration::from_millis(10_500));
+    let second = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    assert!(second > first);
     assert_eq!(layout.tick_start_ms(layout.unpack(second).tick), clock.wall_ms());
-    assert_eq!(server.metric("snowmint_clock_forward_jumps_total").await, 1.0);
+    assert_eq!(server.metric("snowmint_clock_forward_jumps_adopted_total").await, 1.0);
     assert!(server.metric("snowmint_reservation_headroom_seconds").await > 0.0);
     server.stop().await;
 }

@@ -276,6 +276,14 @@ impl Driver {
             Event::SessionOpened { session, ttl } => {
                 tracing::debug!(session = format!("{session:x}"), ?ttl, "session opened")
             }
+            Event::FleetClock { skew_ms, peers } => {
+                m.fleet_clock_skew.set(skew_ms as f64 / 1000.0);
+                tracing::debug!(skew_ms, peers, "clock compared with the fleet's");
+            }
+            Event::FleetClockBeyond { reason } => {
+                tracing::error!(%reason, "minting stops until this clock agrees with the fleet's")
+            }
+            Event::FleetClockWithin => tracing::info!("the clock agrees with the fleet's again; minting goes on"),
             Event::SlotsListed { taken, slots } => {
                 m.fleet_slots_in_use.set(taken as i64);
                 m.fleet_slots.set(slots as i64);

@@ -48,6 +48,10 @@ pub struct KeeperConfig {
     pub layout: Layout,
     /// Seeds the choice among free slots and the retry jitter.
     pub seed: u64,
+    /// The fleet's clock check (leased slots only): beyond this many ms from the median of
+    /// other holders' clocks, the start stops, or a running instance stops minting until
+    /// its clock agrees again. `None`: no check.
+    pub max_fleet_skew_ms: Option<i64>,
 }
 
 /// Why the keeper cannot hold what it was asked to.
@@ -59,6 +63,8 @@ pub enum KeeperError {
         "{location} holds {reason}; it is never overwritten: fix or remove it by hand once no instance minted for slot {slot} past the time it meant"
     )]
     Corrupt { slot: u32, location: String, reason: String },
+    #[error("{0}")]
+    FleetSkew(String),
 }
 
 /// Why a slot was lost.
@@ -79,6 +85,17 @@ pub enum Event {
         session: SessionId,
         ttl: Option<Duration>,
     },
+    /// This instance's wall clock minus the median of `peers` other holders' clocks.
+    FleetClock {
+        skew_ms: i64,
+        peers: usize,
+    },
+    /// The clock is beyond --max-fleet-skew-ms of the fleet's: minting stops (once started).
+    FleetClockBeyond {
+        reason: String,
+    },
+    /// The clock agrees with the fleet's again: minting goes on.
+    FleetClockWithin,
     /// The fleet's slots in use, from a listing.
     SlotsListed {
         taken: usize,
@@ -226,6 +243,10 @@ pub struct Keeper {
     extend_asap: bool,
     /// When the fleet's slots are next counted (etcd mode, once started).
     next_count: Option<Duration>,
+    /// When other holders' clocks are next sampled (the fleet's clock check).
+    next_sample: Option<Duration>,
+    /// Why minting is stopped while the clock disagrees with the fleet's.
+    skew_refusal: Option<String>,
     /// No free slot was found: claim again no sooner than this (the slots held meanwhile
     /// are read, written and minted on as usual).
     next_claim_at: Option<Duration>,
@@ -245,6 +266,10 @@ const RENEW_RETRY: Duration = Duration::from_millis(200);
 /// How often the fleet's slots in use are counted (a count-only read: cheap even for a
 /// fleet of a thousand instances, about 30 reads a second in all).
 const COUNT_EVERY: Duration = Duration::from_secs(30);
+/// How often other holders' clocks are sampled, and how many: one bounded read of keys and
+/// one of as many reservations.
+const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+const SAMPLE_PEERS: u32 = 9;
 
 impl Keeper {
     pub fn new(config: KeeperConfig) -> Keeper {
@@ -272,6 +297,8 @@ impl Keeper {
             progress: Vec::new(),
             extend_asap: false,
             next_count: None,
+            next_sample: None,
+            skew_refusal: None,
             next_claim_at: None,
             stopping: None,
             done: false,
@@ -414,6 +441,7 @@ impl Keeper {
             (Request::CountSlots, Reply::SlotCount { taken }) => {
                 self.events.push_back(Event::SlotsListed { taken: taken as usize, slots: self.slot_count() });
             }
+            (Request::SampleClocks { .. }, Reply::PeerClocks(clocks)) => self.sampled(now, clocks),
             (Request::Claim { slot, session }, Reply::Claimed { won, .. }) => self.claimed(session, slot, won),
             (Request::ReadReservations { .. }, Reply::Reservations(reads)) => self.read(reads),
             (Request::WriteReservations { writes, .. }, Reply::Written(versions)) => {
@@ -465,6 +493,11 @@ impl Keeper {
         if let Some(&slot) = self.to_release.first() {
             return Some(Request::Release { session, slot });
         }
+        // The fleet's clock check comes before the first claim: a clock far from the fleet's
+        // stops the start before it takes anything.
+        if !self.started && self.next_sample.is_some_and(|at| now.boot >= at) {
+            return Some(self.sample_request(session));
+        }
         if self.wants_more_slots() && self.next_claim_at.is_none_or(|at| now.boot >= at) {
             self.next_claim_at = None;
             return Some(self.next_claim_request(session));
@@ -479,7 +512,61 @@ impl Keeper {
             self.next_count = Some(now.boot + COUNT_EVERY);
             return Some(Request::CountSlots);
         }
+        if self.next_sample.is_some_and(|at| now.boot >= at) {
+            return Some(self.sample_request(session));
+        }
         None
+    }
+
+    fn sample_request(&mut self, session: SessionId) -> Request {
+        let from = (self.random() % self.slot_count()) as u32;
+        Request::SampleClocks { session, from, limit: SAMPLE_PEERS }
+    }
+
+    /// The fleet's clock check: this clock against the median of the others' published
+    /// clocks. Each was published with a reservation write, and a holder writes each time its
+    /// minting time gains a third of a window, so a write is on average a sixth of a window
+    /// old: the correction added to each, with an error of at most that much either way.
+    fn sampled(&mut self, now: Now, clocks: Vec<(u32, i64)>) {
+        self.next_sample = Some(now.boot + SAMPLE_EVERY);
+        let Some(max) = self.config.max_fleet_skew_ms else { return };
+        let own: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        let mut peers: Vec<i64> = clocks
+            .into_iter()
+            .filter(|(slot, _)| !own.contains(slot))
+            .map(|(_, wall)| wall.saturating_add(self.config.window_ms / 6))
+            .collect();
+        if peers.is_empty() {
+            // No one to compare with: a refusal stands on nothing.
+            if self.skew_refusal.take().is_some() {
+                self.events.push_back(Event::FleetClockWithin);
+                self.publish();
+            }
+            return;
+        }
+        peers.sort_unstable();
+        let n = peers.len();
+        let median = if n % 2 == 1 { peers[n / 2] } else { peers[n / 2 - 1] / 2 + peers[n / 2] / 2 };
+        let skew_ms = now.wall_ms.saturating_sub(median);
+        self.events.push_back(Event::FleetClock { skew_ms, peers: n });
+        if skew_ms.saturating_abs() > max {
+            let reason = format!(
+                "this instance's clock is {} ms {} the median of {n} other instances' clocks, beyond --max-fleet-skew-ms {max}",
+                skew_ms.saturating_abs(),
+                if skew_ms > 0 { "ahead of" } else { "behind" },
+            );
+            if !self.started {
+                self.fatal = Some(KeeperError::FleetSkew(reason));
+                return;
+            }
+            if self.skew_refusal.is_none() {
+                self.events.push_back(Event::FleetClockBeyond { reason: reason.clone() });
+            }
+            self.skew_refusal = Some(reason);
+        } else if self.skew_refusal.take().is_some() {
+            self.events.push_back(Event::FleetClockWithin);
+        }
+        self.publish();
     }
 
     fn wanted(&self) -> usize {
@@ -727,6 +814,12 @@ impl Keeper {
         self.session =
             Some(Session { id: session, ttl, deadline, next_renew, deadline_reported: false, renew_failing: false });
         self.listing = None;
+        if self.next_sample.is_none()
+            && self.config.max_fleet_skew_ms.is_some()
+            && matches!(self.config.policy, SlotPolicy::Leased { .. })
+        {
+            self.next_sample = Some(now.boot);
+        }
         self.events.push_back(Event::SessionOpened { session, ttl });
     }
 
@@ -1002,7 +1095,9 @@ impl Keeper {
                 self.next_count = Some(Duration::ZERO);
             }
         }
-        let holding = if granted.is_empty() {
+        let holding = if let Some(reason) = self.skew_refusal.clone().filter(|_| !granted.is_empty()) {
+            Holding::Unheld { reason }
+        } else if granted.is_empty() {
             let reason = match self.session {
                 None => "the claim on the store was lost; claiming again".to_string(),
                 Some(_) => "claiming a slot".to_string(),
@@ -1058,6 +1153,7 @@ mod tests {
             window_ms,
             layout: Layout::default_snowmint(),
             seed: 1,
+            max_fleet_skew_ms: None,
         })
     }
 
@@ -1198,6 +1294,115 @@ mod tests {
         let grant = granted(&mut k);
         assert!(!grant.slots[0].resumes);
         assert_eq!(grant.slots[0].floor_ms, Some(WALL + 70_000));
+    }
+
+    fn skew_checked(max_ms: i64) -> Keeper {
+        Keeper::new(KeeperConfig {
+            policy: SlotPolicy::Leased { count: 1, preferred: vec![4] },
+            ttl: Duration::from_secs(60),
+            window_ms: 3_000,
+            layout: Layout::default_snowmint(),
+            seed: 1,
+            max_fleet_skew_ms: Some(max_ms),
+        })
+    }
+
+    /// Peers' published clocks, each `offsets[i]` ms from `now` and corrected for the
+    /// average age of a write (a sixth of the 3 s window).
+    fn peer_clocks(now: Now, offsets: &[i64]) -> Reply {
+        Reply::PeerClocks(offsets.iter().enumerate().map(|(i, o)| (10 + i as u32, now.wall_ms + o - 500)).collect())
+    }
+
+    /// The fleet's clock check at the start: before any claim, the others' clocks are
+    /// sampled; a clock beyond the bound from their median stops the start, naming by how
+    /// much and which way, having claimed nothing.
+    #[test]
+    fn a_clock_far_from_the_fleets_stops_the_start_before_any_claim() {
+        let mut k = skew_checked(30_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(60)) });
+        // One peer agrees with this clock, two are an hour behind it: the median is behind.
+        let sample = exchange(&mut k, at(0), |_| peer_clocks(at(0), &[0, -3_600_000, -3_600_000]));
+        assert!(matches!(sample, Request::SampleClocks { session: 77, limit: SAMPLE_PEERS, .. }), "{sample:?}");
+        let error = k.fatal().expect("the start stops").to_string();
+        assert!(error.contains("3600000 ms ahead of the median of 3 other instances"), "{error}");
+        assert!(error.contains("--max-fleet-skew-ms 30000"), "{error}");
+        assert_eq!(k.poll_request(at(0)), None, "claimed after the check failed");
+
+        // One outlier does not move the median: this clock agrees with the other two.
+        let mut k = skew_checked(30_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(60)) });
+        exchange(&mut k, at(0), |_| peer_clocks(at(0), &[200, -3_600_000, -100]));
+        assert!(k.fatal().is_none());
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(events.contains(&Event::FleetClock { skew_ms: 100, peers: 3 }), "{events:?}");
+        let (_, next) = k.poll_request(at(0)).unwrap();
+        assert_eq!(next, Request::ListSlots { session: 77 });
+    }
+
+    /// Answers due renewals and reservation writes at `now` until the clock sample is
+    /// asked for; returns its request ID.
+    fn answer_until_sample(k: &mut Keeper, now: Now) -> u64 {
+        for version in 100.. {
+            let (id, request) = k.poll_request(now).expect("the sample is due");
+            let reply = match request {
+                Request::SampleClocks { .. } => return id,
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(60) },
+                Request::CountSlots => Reply::SlotCount { taken: 3 },
+                Request::WriteReservations { .. } => Reply::Written(vec![(4, Version::At(version))]),
+                other => panic!("unexpected {other:?}"),
+            };
+            k.handle_reply(now, id, reply);
+            assert!(version < 110, "no sample");
+        }
+        unreachable!()
+    }
+
+    /// Once running, a clock that drifts beyond the bound stops minting (the holding is
+    /// withdrawn with the reason, the slot kept and renewed), and minting resumes, on the
+    /// same claim, once a later sample agrees.
+    #[test]
+    fn a_running_instance_stops_minting_while_its_clock_disagrees_and_resumes_after() {
+        let mut k = skew_checked(30_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(60)) });
+        // Alone in the fleet: nothing to compare with, the start goes on.
+        exchange(&mut k, at(0), |_| Reply::PeerClocks(vec![]));
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
+        exchange(&mut k, at(0), |_| {
+            Reply::Reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: Stored::Absent,
+            }])
+        });
+        exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(5))]));
+        let claim = granted(&mut k).slots[0].claim;
+        // The first count is due at once, the next sample 15 s after the first.
+        assert_eq!(exchange(&mut k, at(0), |_| Reply::SlotCount { taken: 3 }), Request::CountSlots);
+        let (id, early) = k.poll_request(at(14_000)).expect("a reservation write is due");
+        assert!(matches!(early, Request::WriteReservations { .. }), "sampled before 15 s: {early:?}");
+        k.handle_reply(at(14_000), id, Reply::Written(vec![(4, Version::At(6))]));
+        assert_eq!(k.poll_request(at(14_000)), None);
+
+        let now = at(15_000);
+        let id = answer_until_sample(&mut k, now);
+        k.handle_reply(now, id, peer_clocks(now, &[-45_000, -40_000]));
+        match k.poll_holding() {
+            Some(Holding::Unheld { reason }) => {
+                assert!(reason.contains("42500 ms ahead of the median of 2"), "{reason}")
+            }
+            other => panic!("minting goes on with a clock 42.5 s ahead of the fleet: {other:?}"),
+        }
+        assert!(k.fatal().is_none(), "a running instance keeps its slot");
+
+        let now = at(30_000);
+        let id = answer_until_sample(&mut k, now);
+        k.handle_reply(now, id, peer_clocks(now, &[-1_000, 2_000]));
+        let grant = granted(&mut k);
+        assert_eq!(grant.slots[0].claim, claim, "the same claim, never re-taken");
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(events.iter().any(|e| matches!(e, Event::FleetClockBeyond { .. })), "{events:?}");
+        assert!(events.contains(&Event::FleetClockWithin), "{events:?}");
     }
 
     /// Invariant 7: no shrink when what was minted is unknown; a known shrink names the

@@ -13,7 +13,7 @@ use super::error::{MintError, Readiness};
 use crate::generator::{Blocked, Generator, RefuseReason, WaitReason, Window};
 use crate::grant::{Grant, Holding, Minted};
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
-use crate::metrics::{ACTION_REFUSED, ACTION_WAITED, Metrics};
+use crate::metrics::{ACTION_BORROWED, ACTION_REFUSED, ACTION_WAITED, Metrics};
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,12 +75,14 @@ pub struct Reading {
 #[derive(Debug, Clone)]
 pub struct MinterConfig {
     pub layout: Layout,
-    /// Steps back of the wall clock up to this are waited out; larger ones are refused.
+    /// Strict policy (`max_clock_drift` 0): steps back of the wall clock up to this are
+    /// waited out; larger ones are refused.
     pub max_clock_back: Duration,
+    /// Hybrid policy: while the wall clock is behind the minting time, minting goes on ahead
+    /// of it by at most this much; beyond it, refused. Zero: the strict policy.
+    pub max_clock_drift: Duration,
     /// The longest any call waits for IDs, whatever its own deadline.
     pub max_wait: Duration,
-    /// Forward jumps of the wall clock above this are logged and counted.
-    pub forward_jump_threshold: Duration,
 }
 
 /// What a pass ended with.
@@ -111,8 +113,9 @@ pub struct MinterCore<R> {
     pending: VecDeque<Pending<R>>,
     readiness: Readiness,
     readiness_changed: bool,
-    /// The previous clock reading (wall ms, boot time), to notice forward jumps.
-    last_reading: Option<(i64, Duration)>,
+    /// Whether the minting time is ahead of the wall clock (borrowing), to log the start
+    /// and the end of it once each.
+    borrowing: bool,
     /// The last tick and action a clock step back was counted for, so one step counts once.
     counted_back: Option<(u64, &'static str)>,
     /// When the sequence last ran out, to add the wait to its counter once it is over.
@@ -123,8 +126,10 @@ pub struct MinterCore<R> {
 
 impl<R: Responder> MinterCore<R> {
     pub fn new(config: MinterConfig, metrics: Metrics) -> Result<MinterCore<R>, LayoutError> {
-        let max_back = (config.max_clock_back.as_millis() as u64) / config.layout.tick_ms;
-        let generator = Generator::new(config.layout.clone(), max_back)?;
+        let ticks = |d: Duration| (d.as_millis() as u64) / config.layout.tick_ms;
+        let generator =
+            Generator::new(config.layout.clone(), ticks(config.max_clock_back), ticks(config.max_clock_drift))?;
+        metrics.clock_drift_bound_seconds.set(config.max_clock_drift.as_secs_f64());
         Ok(MinterCore {
             config,
             metrics,
@@ -134,7 +139,7 @@ impl<R: Responder> MinterCore<R> {
             pending: VecDeque::new(),
             readiness: Readiness::NotServing(MintError::NoWorker("starting".into())),
             readiness_changed: false,
-            last_reading: None,
+            borrowing: false,
             counted_back: None,
             exhausted_since: None,
             wants_extension: false,
@@ -205,20 +210,30 @@ impl<R: Responder> MinterCore<R> {
         now.boot + Duration::from_micros(start_us.saturating_sub(now.wall_us).max(0) as u64)
     }
 
-    fn notice_forward_jump(&mut self, now_ms: i64, boot: Duration) {
-        if let Some((last_ms, last_boot)) = self.last_reading {
-            let wall = now_ms - last_ms;
-            let real = boot.saturating_sub(last_boot).as_millis() as i64;
-            if wall - real > self.config.forward_jump_threshold.as_millis() as i64 {
-                self.metrics.clock_forward_jumps.inc();
+    /// The minting time against the wall clock: the drift gauge, and one log line when
+    /// minting starts going on ahead of a clock that is behind, and one when that ends.
+    /// Borrowing starts only with an ID minted ahead of the clock (`minted`) under the hybrid
+    /// policy: a refusal, or the strict policy's wait, borrows nothing.
+    fn note_drift(&mut self, now_ms: i64, minted: bool) {
+        let layout = &self.config.layout;
+        let mint_ms = self.generator.last().map_or(i64::MIN, |l| layout.tick_start_ms(l.tick));
+        let drift_ms = mint_ms.saturating_sub(now_ms).max(0);
+        self.metrics.clock_drift_seconds.set(drift_ms as f64 / 1000.0);
+        let borrowing = drift_ms > 0 && (self.borrowing || (minted && !self.config.max_clock_drift.is_zero()));
+        if borrowing != self.borrowing {
+            self.borrowing = borrowing;
+            if borrowing {
+                self.metrics.clock_backward.with_label_values(&[ACTION_BORROWED]).inc();
+                self.metrics.clock_backward_seconds.observe(drift_ms as f64 / 1000.0);
                 tracing::warn!(
-                    jump_ms = wall - real,
-                    now = %rfc3339_ms(now_ms),
-                    "the wall clock jumped forward; IDs now carry the later time, and a correction back will be refused until the clock passes it again"
+                    drift_ms,
+                    bound_ms = self.config.max_clock_drift.as_millis() as u64,
+                    "the wall clock is behind the minting time; minting goes on ahead of it, within the drift bound"
                 );
+            } else {
+                tracing::info!("the wall clock has caught up with the minting time");
             }
         }
-        self.last_reading = Some((now_ms, boot));
     }
 
     /// Brings the generator in line with the holding; `Err` when minting must refuse.
@@ -286,7 +301,6 @@ impl<R: Responder> MinterCore<R> {
     /// Serves what can be served at `now`, and says when to look again.
     pub fn pass(&mut self, now: Reading, holding: &Holding) -> Next {
         let now_ms = now.wall_us.div_euclid(1000);
-        self.notice_forward_jump(now_ms, now.boot);
         if let Err(error) = self.sync_holding(holding, now) {
             self.refuse_all(error);
             return Next::Idle;
@@ -307,6 +321,7 @@ impl<R: Responder> MinterCore<R> {
 
         let epoch = self.epoch.unwrap_or(0);
         let mut blocked = None;
+        let mut minted = false;
         while let Some(request) = self.pending.front_mut() {
             if request.reply.is_closed() {
                 self.pending.pop_front();
@@ -330,6 +345,7 @@ impl<R: Responder> MinterCore<R> {
                     if request.reply.send(Ok(ids)) {
                         self.metrics.ids_issued.inc_by(count);
                     }
+                    minted = true;
                 }
                 Err(why) => {
                     blocked = Some(why);
@@ -337,6 +353,7 @@ impl<R: Responder> MinterCore<R> {
                 }
             }
         }
+        self.note_drift(now_ms, minted);
         if self.exhausted_since.is_some()
             && !matches!(blocked, Some(Blocked::WaitUntil { reason: WaitReason::SequenceExhausted, .. }))
         {
@@ -367,26 +384,24 @@ impl<R: Responder> MinterCore<R> {
                 self.expire_before(at, || MintError::Deadline(format!("waiting for tick {until}")));
                 Next::At(at)
             }
-            Some(Blocked::Refuse { behind, last_tick, reason }) => {
-                let behind_ms = behind * self.config.layout.tick_ms;
+            Some(Blocked::Refuse { behind, resume, reason }) => {
+                let layout = self.config.layout.clone();
+                let behind_ms = behind * layout.tick_ms;
                 let error = match reason {
-                    RefuseReason::ClockStepBack => {
+                    RefuseReason::ClockStepBack { last_tick } => {
                         self.count_step_back(last_tick, behind, ACTION_REFUSED);
-                        MintError::ClockBehind {
-                            behind_ms,
-                            resume_at: rfc3339_ms(self.config.layout.tick_start_ms(last_tick)),
-                        }
+                        MintError::ClockBehind { behind_ms, resume_at: rfc3339_ms(layout.tick_start_ms(resume)) }
                     }
-                    RefuseReason::BelowFloor => MintError::BelowFloor {
+                    RefuseReason::BelowFloor { floor } => MintError::BelowFloor {
                         worker_id: self.first_worker(holding),
-                        floor: rfc3339_ms(self.config.layout.tick_end_ms(last_tick)),
+                        floor: rfc3339_ms(layout.tick_end_ms(floor)),
                         behind_ms,
                     },
                 };
                 self.refuse_all(error);
                 // Wake when the clock should have come back, to report ready again; look
                 // sooner too, in case the clock is corrected forward in the meantime.
-                Next::At(self.instant_of_tick(last_tick + 1, now).min(now.boot + RECHECK))
+                Next::At(self.instant_of_tick(resume, now).min(now.boot + RECHECK))
             }
             Some(Blocked::Fenced { reserved, .. }) => {
                 self.wants_extension = true;
@@ -483,8 +498,8 @@ mod tests {
         let config = MinterConfig {
             layout: Layout::default_snowmint(),
             max_clock_back: Duration::from_millis(5),
+            max_clock_drift: Duration::ZERO,
             max_wait: Duration::from_secs(1),
-            forward_jump_threshold: Duration::from_secs(1),
         };
         MinterCore::new(config, Metrics::new()).unwrap()
     }

@@ -79,6 +79,7 @@ impl DiskStore {
             Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
             Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.slots.clone() },
             Request::CountSlots => Reply::SlotCount { taken: self.slots.len() as u64 },
+            Request::SampleClocks { .. } => Reply::PeerClocks(Vec::new()),
             Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: self.slots.contains(slot) },
             Request::ReadReservations { slots, .. } => {
                 let reads: Vec<SlotRead> = slots.iter().map(|&s| disk.read(s)).collect();

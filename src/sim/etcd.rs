@@ -60,6 +60,8 @@ pub struct EtcdModel {
     next_lease: i64,
     /// Every change, for reads served by a member that is behind.
     history: Vec<(Us, Key, Option<Kv>)>,
+    /// Per slot, the writer's wall clock published with its latest reservation write.
+    written_at: BTreeMap<u32, i64>,
     pub notes: Vec<Note>,
 }
 
@@ -160,6 +162,23 @@ impl EtcdModel {
             Request::CountSlots => {
                 Reply::SlotCount { taken: self.kv.keys().filter(|k| matches!(k, Key::Worker(_))).count() as u64 }
             }
+            Request::SampleClocks { session, from, limit } => {
+                let held = |slot: &u32| self.kv.get(&Key::Worker(*slot)).is_some_and(|kv| kv.lease != *session);
+                let workers = self.kv.keys().filter_map(|k| match k {
+                    Key::Worker(slot) => Some(*slot),
+                    _ => None,
+                });
+                let (after, before): (Vec<u32>, Vec<u32>) = workers.partition(|slot| slot >= from);
+                let clocks = after
+                    .into_iter()
+                    .chain(before)
+                    .filter(held)
+                    .take(*limit as usize)
+                    .filter(|slot| self.reservation(*slot).is_some())
+                    .filter_map(|slot| Some((slot, *self.written_at.get(&slot)?)))
+                    .collect();
+                Reply::PeerClocks(clocks)
+            }
             Request::ListSlots { session } => {
                 let mut taken = Vec::new();
                 let mut ours = Vec::new();
@@ -224,6 +243,7 @@ impl EtcdModel {
                     let was_held = held(self, write.slot);
                     let kv = Kv { value: Value::Reservation(write.until_ms), create_rev, mod_rev: rev, lease: 0 };
                     self.set(now, key, Some(kv));
+                    self.written_at.insert(write.slot, write.wall_ms);
                     self.notes.push(Note::ReservationWritten {
                         slot: write.slot,
                         until_ms: write.until_ms,

@@ -18,6 +18,7 @@ use super::checker::{Checker, StoreView};
 use super::disk::{Disk, DiskFault, DiskStore, FileState};
 use super::etcd::{EtcdModel, Owner};
 use super::rng::Rng;
+use crate::clock_filter::ClockFilter;
 use crate::grant::{Holding, Minted};
 use crate::keeper::{Event, Keeper, KeeperConfig, Now, SlotPolicy};
 use crate::layout::Layout;
@@ -53,6 +54,15 @@ pub struct Params {
     pub ttl: Duration,
     pub window_ms: i64,
     pub max_clock_back_ms: u64,
+    /// How far minting may run ahead of a clock behind it (zero: the strict policy).
+    pub max_clock_drift: Duration,
+    /// How long a forward jump must last before it is followed.
+    pub forward_jump_confirm: Duration,
+    /// The fleet's clock check (etcd mode). The faults' clock steps add up to more than any
+    /// sensible bound, and a clock that disagrees stops minting by design, which the
+    /// recovery check would count against it: so the bound is an hour, or no check, and the
+    /// check's requests run among every other fault without refusing.
+    pub max_fleet_skew_ms: Option<i64>,
     /// Faults happen before this instant, none after.
     pub fault_until: Us,
     pub end: Us,
@@ -82,6 +92,10 @@ impl Params {
         let ttl = Duration::from_secs(rng.between(2, 6));
         let window_ms = rng.between(300, 2_000) as i64;
         let max_clock_back_ms = 50;
+        let max_clock_drift =
+            if rng.chance(0.3) { Duration::ZERO } else { Duration::from_millis(rng.between(1_000, 10_000)) };
+        let forward_jump_confirm = Duration::from_millis(rng.between(500, 5_000));
+        let max_fleet_skew_ms = rng.chance(0.5).then_some(3_600_000);
         let fault_until = rng.between(4, 10) * SECOND;
         let ttl_us = ttl.as_micros() as u64;
         // Back steps up to 3 s, a window, claims and renewals: the slowest recovery.
@@ -94,6 +108,9 @@ impl Params {
             ttl,
             window_ms,
             max_clock_back_ms,
+            max_clock_drift,
+            forward_jump_confirm,
+            max_fleet_skew_ms,
             fault_until,
             end: fault_until + recovery_bound + 2 * SECOND,
             recovery_bound,
@@ -122,6 +139,8 @@ pub enum Fault {
     ClockBackSmall,
     ClockBackLarge,
     ClockForward,
+    /// Every machine's clock steps back at once (a bad NTP source for the whole fleet).
+    FleetClockBack,
     Partition,
     SlowNetwork,
     ReplyLoss,
@@ -144,6 +163,7 @@ impl Fault {
             Fault::ClockBackSmall => "clock back < 50 ms",
             Fault::ClockBackLarge => "clock back seconds",
             Fault::ClockForward => "clock jump forward",
+            Fault::FleetClockBack => "every clock back at once",
             Fault::Partition => "cut off from the store",
             Fault::SlowNetwork => "slow network",
             Fault::ReplyLoss => "replies lost",
@@ -242,6 +262,8 @@ struct Process {
     timer: Option<Us>,
     /// The minting time last reported to the keeper.
     progress_sent: Option<i64>,
+    /// Forward jumps of the wall clock, confirmed before they are followed.
+    filter: ClockFilter,
 }
 
 /// A machine: its clocks, its disk and its current process.
@@ -288,17 +310,18 @@ impl Machine {
         WALL_AT_ZERO_US + now as i64 + self.wall_offset_us
     }
 
-    fn keeper_now(&self, now: Us) -> Now {
-        Now { wall_ms: self.wall_us(now).div_euclid(1000), boot: self.boot(now) }
-    }
-
-    fn reading(&self, now: Us) -> Reading {
+    /// The clocks as the process reads them: the wall clock through its filter (forward
+    /// jumps followed only once they have lasted), as [`crate::clock_filter::FilteredClock`]
+    /// gives them in production.
+    fn clocks(&mut self, now: Us) -> (Now, Reading) {
         let boot = self.boot(now);
-        Reading {
-            wall_us: self.wall_us(now),
-            boot,
-            awake: boot.saturating_sub(Duration::from_micros(self.suspended_us)),
-        }
+        let raw = self.wall_us(now);
+        let wall_us = match self.process.as_mut() {
+            Some(p) => p.filter.filter(raw, boot).0,
+            None => raw,
+        };
+        let awake = boot.saturating_sub(Duration::from_micros(self.suspended_us));
+        (Now { wall_ms: wall_us.div_euclid(1000), boot }, Reading { wall_us, boot, awake })
     }
 }
 
@@ -468,7 +491,7 @@ impl World {
                 if let Some(p) = self.machines[m].process.as_mut() {
                     p.timer = None;
                 }
-                let now = self.machines[m].keeper_now(self.now);
+                let (now, _) = self.machines[m].clocks(self.now);
                 self.process_mut(m).keeper.handle_timeout(now);
                 self.step(m);
             }
@@ -569,13 +592,14 @@ impl World {
             window_ms: params.window_ms,
             layout: params.layout.clone(),
             seed: self.rng.next_u64(),
+            max_fleet_skew_ms: params.max_fleet_skew_ms,
         });
         let minter = MinterCore::new(
             MinterConfig {
                 layout: params.layout.clone(),
                 max_clock_back: Duration::from_millis(params.max_clock_back_ms),
+                max_clock_drift: params.max_clock_drift,
                 max_wait: Duration::from_secs(1),
-                forward_jump_threshold: Duration::from_secs(1),
             },
             self.metrics.clone(),
         )
@@ -596,6 +620,7 @@ impl World {
             stopping: false,
             timer: None,
             progress_sent: None,
+            filter: ClockFilter::new(Duration::from_millis(500), self.params.forward_jump_confirm),
         });
         self.step(m);
     }
@@ -603,8 +628,7 @@ impl World {
     /// The driver loop, once: requests out, holding to the minter, a pass, the next timer.
     fn step(&mut self, m: usize) {
         let now = self.now;
-        let kn = self.machines[m].keeper_now(now);
-        let reading = self.machines[m].reading(now);
+        let (kn, reading) = self.machines[m].clocks(now);
         let mut sent = None;
         let mut next = Next::Idle;
         {
@@ -763,7 +787,7 @@ impl World {
             return;
         }
         self.trace(|| format!("m{m} gets #{id} {reply:?}"));
-        let kn = self.machines[m].keeper_now(self.now);
+        let (kn, _) = self.machines[m].clocks(self.now);
         let p = self.process_mut(m);
         p.in_flight = None;
         p.keeper.handle_reply(kn, id, reply);
@@ -891,7 +915,7 @@ impl World {
             }
         }
         if self.machines[m].process.is_some() {
-            let now = self.machines[m].keeper_now(self.now);
+            let (now, _) = self.machines[m].clocks(self.now);
             self.process_mut(m).keeper.handle_timeout(now);
             self.step(m);
         }
@@ -930,6 +954,7 @@ impl World {
             Fault::ClockBackSmall,
             Fault::ClockBackLarge,
             Fault::ClockForward,
+            Fault::FleetClockBack,
         ];
         if etcd {
             kinds.extend([
@@ -992,6 +1017,12 @@ impl World {
                 if self.rng.chance(0.5) {
                     let at = self.now + self.rng.between(100, 3_000) * MS;
                     self.schedule(at, Ev::CorrectClock { m });
+                }
+            }
+            Fault::FleetClockBack => {
+                let step = self.rng.between(200, 3_000) as i64 * 1_000;
+                for machine in &mut self.machines {
+                    machine.wall_offset_us -= step;
                 }
             }
             Fault::ClockForward => {

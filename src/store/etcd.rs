@@ -287,6 +287,49 @@ impl EtcdStore {
         Ok(Reply::Slots { taken, ours })
     }
 
+    /// Up to `limit` slots held by other sessions, from slot `from` on in key order (then
+    /// from the start): two bounded reads of keys, then one of their reservations.
+    async fn sample_clocks(&mut self, session: SessionId, from: u32, limit: u32) -> Result<Reply, String> {
+        let prefix = format!("{}/workers/", self.prefix);
+        // The end of the prefix's range: '/' + 1.
+        let end = format!("{}/workers0", self.prefix);
+        let mut peers: Vec<u32> = Vec::new();
+        for start in [self.key("workers", from), prefix.clone()] {
+            let options = GetOptions::new().with_range(end.clone()).with_keys_only().with_limit(i64::from(limit) + 1);
+            let got =
+                self.etcd.attempt("sample clocks", |mut c| async move { c.get(start, Some(options)).await }).await?;
+            for kv in got.kvs() {
+                let Some(id) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(&prefix)?.parse().ok())
+                else {
+                    continue;
+                };
+                if kv.lease() != session && !peers.contains(&id) && peers.len() < limit as usize {
+                    peers.push(id);
+                }
+            }
+            if peers.len() >= limit as usize {
+                break;
+            }
+        }
+        if peers.is_empty() {
+            return Ok(Reply::PeerClocks(Vec::new()));
+        }
+        let txn = Txn::new()
+            .and_then(peers.iter().map(|&slot| TxnOp::get(self.key("reservations", slot), None)).collect::<Vec<_>>());
+        let response = self.etcd.attempt("sample clocks", |mut c| async move { c.txn(txn).await }).await?;
+        let responses = response.op_responses();
+        let clocks = peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &slot)| {
+                let kv = kv_of(&responses, i)?;
+                let written_at = serde_json::from_slice::<Reservation>(kv.value()).ok()?.written_at_ms?;
+                Some((slot, written_at))
+            })
+            .collect();
+        Ok(Reply::PeerClocks(clocks))
+    }
+
     async fn claim(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
         let key = self.key("workers", slot);
         let txn = Txn::new()
@@ -426,6 +469,7 @@ impl Store for EtcdStore {
                     .await
                     .map(|got| Reply::SlotCount { taken: got.count().max(0) as u64 })
             }
+            Request::SampleClocks { session, from, limit } => self.sample_clocks(session, from, limit).await,
             Request::Claim { session, slot } => self.claim(session, slot).await,
             Request::ReadReservations { slots, linearizable } => self.read(&slots, linearizable).await,
             Request::WriteReservations { session, writes, check_claim } => {

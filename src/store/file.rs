@@ -282,6 +282,8 @@ impl Store for FileStore {
             Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
             Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.files.keys().copied().collect() },
             Request::CountSlots => Reply::SlotCount { taken: self.files.len() as u64 },
+            // One instance per state dir: no peers to compare with.
+            Request::SampleClocks { .. } => Reply::PeerClocks(Vec::new()),
             Request::Claim { slot, .. } => Reply::Claimed { slot, won: self.files.contains_key(&slot) },
             Request::ReadReservations { slots, .. } => match self.read(&slots).await {
                 Ok(reads) => Reply::Reservations(reads),

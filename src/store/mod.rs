@@ -82,6 +82,10 @@ pub enum Request {
     /// How many slots are taken fleet-wide (a count, not a listing), for the metric an
     /// alert watches before the slots run out.
     CountSlots,
+    /// The wall clocks other holders published with their latest reservation writes: up to
+    /// `limit` slots held by sessions other than `session`, from slot `from` on (wrapping),
+    /// for the fleet's clock check.
+    SampleClocks { session: SessionId, from: u32, limit: u32 },
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
     Claim { session: SessionId, slot: u32 },
     /// Reads the reservations of `slots`. Always linearizable in production: a read served
@@ -105,6 +109,7 @@ impl Request {
             Request::OpenSession { .. } => "open session",
             Request::ListSlots { .. } => "list slots",
             Request::CountSlots => "count slots",
+            Request::SampleClocks { .. } => "sample clocks",
             Request::Claim { .. } => "claim slot",
             Request::ReadReservations { .. } => "read reservations",
             Request::WriteReservations { .. } => "write reservations",
@@ -140,6 +145,9 @@ pub enum Reply {
     SlotCount {
         taken: u64,
     },
+    /// Per slot held by another session, the writer's wall clock (Unix ms) at its latest
+    /// reservation write. Slots whose reservation carries none are left out.
+    PeerClocks(Vec<(u32, i64)>),
     /// `won`: the slot now belongs to the session (newly, or already).
     Claimed {
         slot: u32,
