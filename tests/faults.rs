@@ -21,8 +21,11 @@ async fn clock_steps_on_an_etcd_fleet() {
     let _serial = serial().await;
     let mut fleet = Fleet::etcd(3, 3).await;
     fleet::clock_small_step_back(&mut fleet, 0).await;
-    fleet::clock_large_step_back(&mut fleet, 1, 3.0).await;
+    fleet::clock_step_back_within_bound(&mut fleet, 1, 3.0).await;
     fleet::clock_forward_jump(&mut fleet, 2, 3.0).await;
+    fleet::clock_fleet_step_back(&mut fleet, 3.0).await;
+    fleet::clock_large_step_back(&mut fleet, 1, 13.0, 10.0).await;
+    fleet::clock_far_from_the_fleet(&mut fleet).await;
     fleet.stop().await;
 }
 
@@ -50,13 +53,24 @@ async fn etcd_leader_killed_members_paused_and_a_cold_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_clock_kills_and_broken_state_files() {
     let _serial = serial().await;
-    let mut fleet = Fleet::standalone().await;
-    fleet::clock_large_step_back(&mut fleet, 0, 2.0).await;
+    let mut fleet = Fleet::standalone(&[]).await;
     fleet::kill_and_restart(&mut fleet, 0, 0.0).await;
     fleet::kill_and_restart(&mut fleet, 0, 2.0).await;
     for how in ["deleted", "truncated", "corrupted"] {
         fleet::break_state_file(&mut fleet, how).await;
     }
+    fleet.stop().await;
+}
+
+/// The strict policy (`--max-clock-drift-ms 0`): a step back of seconds is refused until the
+/// clock passes the last millisecond used; a forward jump corrected in time costs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_strict_clock_policy() {
+    let _serial = serial().await;
+    let mut fleet = Fleet::standalone(&["--max-clock-drift-ms", "0"]).await;
+    fleet::clock_small_step_back(&mut fleet, 0).await;
+    fleet::clock_large_step_back(&mut fleet, 0, 2.0, 0.0).await;
+    fleet::clock_forward_jump(&mut fleet, 0, 3.0).await;
     fleet.stop().await;
 }
 
@@ -87,7 +101,7 @@ async fn soak() {
     let mut rng = Rng(seed);
     let until = Instant::now() + Duration::from_secs(secs);
     let mut cluster = Fleet::etcd(3, 3).await;
-    let mut solo = Fleet::standalone().await;
+    let mut solo = Fleet::standalone(&[]).await;
     while Instant::now() < until {
         let i = rng.below(cluster.nodes.len());
         let secs = 1.0 + rng.below(4) as f64;
@@ -95,8 +109,11 @@ async fn soak() {
             0 => {
                 fleet::clock_small_step_back(&mut cluster, i).await;
             }
+            1 if rng.below(2) == 0 => {
+                fleet::clock_step_back_within_bound(&mut cluster, i, secs).await;
+            }
             1 => {
-                fleet::clock_large_step_back(&mut cluster, i, secs).await;
+                fleet::clock_large_step_back(&mut cluster, i, 10.0 + secs, 10.0).await;
             }
             2 => {
                 fleet::clock_forward_jump(&mut cluster, i, secs).await;
@@ -119,8 +136,11 @@ async fn soak() {
             8 => {
                 fleet::cold_start(&mut cluster, 4).await;
             }
+            9 if rng.below(2) == 0 => {
+                fleet::clock_fleet_step_back(&mut cluster, secs).await;
+            }
             9 => {
-                fleet::clock_large_step_back(&mut solo, 0, secs).await;
+                fleet::clock_step_back_within_bound(&mut solo, 0, secs).await;
             }
             10 => {
                 fleet::kill_and_restart(&mut solo, 0, rng.below(3) as f64).await;

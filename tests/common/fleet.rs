@@ -93,8 +93,8 @@ impl Node {
                 vec!["--state-dir".into(), state_dir.display().to_string(), "--worker-id".into(), worker_id.to_string()]
             }
         };
-        // Steps back up to 50 ms are waited out, so a small step is one whatever the timing
-        // of the calls around it.
+        // Strict policy: steps back up to 50 ms are waited out, so a small step is one
+        // whatever the timing of the calls around it.
         // Forward jumps above 500 ms are counted, so every jump the faults make (1 s or more)
         // is one.
         args.extend(["--lease-ttl".into(), "3".into(), "--max-clock-back-ms".into(), "50".into()]);
@@ -265,11 +265,11 @@ impl Fleet {
         fleet
     }
 
-    /// One node in standalone mode.
-    pub async fn standalone() -> Fleet {
+    /// One node in standalone mode, with `extra` arguments.
+    pub async fn standalone(extra: &[&str]) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let mode = Mode::Standalone { state_dir: dir.path().join("state"), worker_id: 1 };
-        let mut node = Node::new("solo", mode, &[], dir.path());
+        let mut node = Node::new("solo", mode, extra, dir.path());
         node.start();
         let fleet = Fleet { cluster: None, nodes: vec![node], dir, outcomes: Vec::new(), retired: Vec::new() };
         fleet.wait_all_minting(Duration::from_secs(20)).await;
@@ -330,11 +330,15 @@ fn wall_ms() -> i64 {
 // ---- The faults. Each injects one fault into the fleet, checks what it must, and
 // ---- records an outcome. Bounds are generous: CI runs on a loaded 2-core machine.
 
-/// The wall clock steps back by less than the wait threshold (50 ms here): waited out,
-/// never refused.
+/// The wall clock steps back by 40 ms: minted through (hybrid) or waited out (strict, under
+/// its 50 ms threshold here), never refused.
 pub async fn clock_small_step_back(fleet: &mut Fleet, i: usize) -> Outcome {
     let node = &fleet.nodes[i];
-    let waited = node.metric(r#"snowmint_clock_backward_total{action="waited"}"#).await;
+    let counted = |m: &str| {
+        metric_value(m, r#"snowmint_clock_backward_total{action="waited"}"#)
+            + metric_value(m, r#"snowmint_clock_backward_total{action="borrowed"}"#)
+    };
+    let before = counted(&node.metrics().await);
     let start = Instant::now();
     node.set_clock(-0.040);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -343,21 +347,76 @@ pub async fn clock_small_step_back(fleet: &mut Fleet, i: usize) -> Outcome {
     let calls = node.calls_after(start);
     assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
     assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: a 40 ms step back was refused", node.name);
-    assert!(node.metric(r#"snowmint_clock_backward_total{action="waited"}"#).await > waited, "step not counted");
+    assert!(counted(&node.metrics().await) > before, "step not counted");
     record(fleet, Outcome { fault: "clock back 40 ms", refusal: longest_refusal(&calls), recovery: Duration::ZERO })
 }
 
-/// The wall clock steps back by `secs`: refused at once, counted, recovered by itself.
-pub async fn clock_large_step_back(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
+/// The hybrid policy: the wall clock steps back by `secs`, within the 10 s drift bound. No
+/// call is refused; the drift gauge shows the minting time ahead of the clock, and goes back
+/// to 0 once real time has caught up.
+pub async fn clock_step_back_within_bound(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
+    let node = &fleet.nodes[i];
+    let start = Instant::now();
+    node.set_clock(-secs);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let drift = node.metric("snowmint_clock_drift_seconds").await;
+    assert!(
+        drift > secs - 1.5 && drift <= secs + 0.1,
+        "{}: drift gauge {drift} s, {secs} s step back half a second ago",
+        node.name
+    );
+    tokio::time::sleep(Duration::from_secs_f64(secs + 0.5)).await;
+    let drift_after = node.metric("snowmint_clock_drift_seconds").await;
+    assert_eq!(drift_after, 0.0, "{}: still {drift_after} s ahead after real time caught up", node.name);
+    node.set_clock(0.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = node.calls_after(start);
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused during a {secs} s step back", node.name);
+    record(
+        fleet,
+        Outcome { fault: "clock back within bound", refusal: longest_refusal(&calls), recovery: Duration::ZERO },
+    )
+}
+
+/// Every node's clock steps back by `secs` at once (a bad time source for the whole fleet),
+/// within the drift bound: no refusal anywhere.
+pub async fn clock_fleet_step_back(fleet: &mut Fleet, secs: f64) -> Outcome {
+    let start = Instant::now();
+    let running: Vec<usize> = (0..fleet.nodes.len()).filter(|&i| fleet.nodes[i].process.is_some()).collect();
+    for &i in &running {
+        fleet.nodes[i].set_clock(-secs);
+    }
+    tokio::time::sleep(Duration::from_secs_f64(secs + 0.5)).await;
+    for &i in &running {
+        fleet.nodes[i].set_clock(0.0);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut refusal = Duration::ZERO;
+    for &i in &running {
+        let node = &fleet.nodes[i];
+        let calls = node.calls_after(start);
+        assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+        assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused in a fleet-wide {secs} s step", node.name);
+        refusal = refusal.max(longest_refusal(&calls));
+    }
+    record(fleet, Outcome { fault: "every clock back at once", refusal, recovery: Duration::ZERO })
+}
+
+/// The wall clock steps back by `secs`. Hybrid policy, `secs` beyond the 10 s bound: refused
+/// at once, counted, minting again once the clock is back within the bound (`secs` - 10 s
+/// later). Strict policy (`bound` 0): refused until the clock passes the last ms used.
+pub async fn clock_large_step_back(fleet: &mut Fleet, i: usize, secs: f64, bound: f64) -> Outcome {
     let node = &fleet.nodes[i];
     let refused = node.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await;
     let start = Instant::now();
     node.set_clock(-secs);
-    // Refused until the stepped clock passes the last millisecond used, about `secs` later.
-    let recovery = node.recovered_after(start + Duration::from_millis(100), Duration::from_secs_f64(secs + 5.0)).await;
+    let expected = secs - bound;
+    let recovery =
+        node.recovered_after(start + Duration::from_millis(100), Duration::from_secs_f64(expected + 5.0)).await;
     assert!(
-        recovery >= Duration::from_secs_f64(secs * 0.8),
-        "{}: minted {recovery:?} into a {secs} s step back",
+        recovery >= Duration::from_secs_f64(expected * 0.8),
+        "{}: minted {recovery:?} into a {secs} s step back, bound {bound} s",
         node.name
     );
     node.set_clock(0.0);
@@ -366,60 +425,78 @@ pub async fn clock_large_step_back(fleet: &mut Fleet, i: usize, secs: f64) -> Ou
     assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
     assert!(node.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await > refused, "refusal not counted");
     let refusal = longest_refusal(&calls);
-    record(
-        fleet,
-        Outcome {
-            fault: "clock back seconds",
-            refusal,
-            recovery: recovery.saturating_sub(Duration::from_secs_f64(secs)),
-        },
-    )
+    let fault = if bound > 0.0 { "clock back beyond bound" } else { "clock back seconds (strict)" };
+    record(fleet, Outcome { fault, refusal, recovery: recovery.saturating_sub(Duration::from_secs_f64(expected)) })
 }
 
-/// The wall clock jumps forward by `secs`, then is corrected back: the jump is counted,
-/// minting follows it, and the correction becomes a refusal window.
+/// The wall clock jumps forward by `secs` and is corrected back 2 s later, inside the
+/// confirmation window: counted as seen, never followed (no ID more than the 500 ms jump
+/// threshold ahead of real time), and no call refused before, during or after.
 pub async fn clock_forward_jump(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
     let node = &fleet.nodes[i];
     let jumps = node.metric("snowmint_clock_forward_jumps_total").await;
+    let adopted = node.metric("snowmint_clock_forward_jumps_adopted_total").await;
     let start = Instant::now();
+    let ids_before = node.live_ids().len();
     node.set_clock(secs);
-    let after_jump = node.recovered_after(start + Duration::from_millis(100), Duration::from_secs(5)).await;
-    assert!(after_jump < Duration::from_secs(2), "{}: {after_jump:?} to mint after a forward jump", node.name);
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(node.metric("snowmint_clock_forward_jumps_total").await > jumps, "jump not counted");
-    let corrected = Instant::now();
     node.set_clock(0.0);
-    let recovery =
-        node.recovered_after(corrected + Duration::from_millis(100), Duration::from_secs_f64(secs + 5.0)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let ahead = node.live_ids()[ids_before..].iter().map(|&id| tick_ms(id) - wall_ms()).max().unwrap_or(i64::MIN);
+    assert!(ahead <= 600, "{}: minted {ahead} ms ahead of real time after a {secs} s jump", node.name);
+    assert_eq!(node.metric("snowmint_clock_forward_jumps_adopted_total").await, adopted, "a corrected jump adopted");
     let calls = node.calls_after(start);
     assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
-    let refusal = longest_refusal(&calls);
+    assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused around a corrected jump", node.name);
     record(
         fleet,
-        Outcome {
-            fault: "clock jump forward",
-            refusal,
-            recovery: recovery.saturating_sub(Duration::from_secs_f64(secs)),
-        },
+        Outcome { fault: "clock jump forward, corrected", refusal: longest_refusal(&calls), recovery: Duration::ZERO },
     )
 }
 
-/// kill -9 and restart, with the clock `behind` seconds behind at the restart.
+/// kill -9 and restart, with the clock `behind` seconds behind at the restart. Standalone
+/// (hybrid): the restart mints at once above the saved reservation, every new ID above every
+/// ID the killed run issued. etcd: the killed lease still holds its slot, so another is taken.
 pub async fn kill_and_restart(fleet: &mut Fleet, i: usize, behind: f64) -> Outcome {
     let node = &mut fleet.nodes[i];
+    let before = node.live_ids().last().copied();
     node.kill9().await;
     node.set_clock(-behind);
     let restarted = Instant::now();
     node.start();
-    // Standalone: refused until the clock passes the saved reservation (up to the 3 s window
-    // plus `behind`); etcd: the killed lease still holds its slot, so another one is taken.
     let limit = Duration::from_secs_f64(behind + 10.0);
     let recovery = node.recovered_after(restarted, limit).await;
+    if let (Mode::Standalone { .. }, Some(before)) = (&node.mode, before) {
+        let first = node.live_ids()[0];
+        assert!(first > before, "{}: restarted at {first}, below {before} from before the kill", node.name);
+    }
     node.set_clock(0.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = node.calls_after(restarted);
     assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
     let fault = if behind > 0.0 { "kill -9, restart clock behind" } else { "kill -9, restart" };
     record(fleet, Outcome { fault, refusal: longest_refusal(&calls), recovery })
+}
+
+/// A new instance whose clock is a minute ahead of the fleet's: the start stops with a clear
+/// line naming the difference, and it takes no slot.
+pub async fn clock_far_from_the_fleet(fleet: &mut Fleet) -> Outcome {
+    let mode = fleet.nodes[0].mode.clone();
+    let node = Node::new("skewed", mode, &[], fleet.dir.path());
+    node.set_clock(60.0);
+    let start = Instant::now();
+    let (code, stderr) = node.run_to_exit(&[]);
+    assert_ne!(code, 0, "an instance a minute ahead of the fleet started: {stderr}");
+    assert!(stderr.contains("ahead of the median of") && stderr.contains("--max-fleet-skew-ms"), "{stderr}");
+    record(
+        fleet,
+        Outcome {
+            fault: "start with a clock far from the fleet's",
+            refusal: Duration::ZERO,
+            recovery: start.elapsed(),
+        },
+    )
 }
 
 /// SIGSTOP past the lease TTL; another instance takes the slot meanwhile; SIGCONT. The
