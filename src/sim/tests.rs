@@ -105,10 +105,34 @@ fn show_one() {
         defects::plant(Some(Defect::DeadlineFromReply));
     }
     let started = Instant::now();
-    let world = super::World::new(seed);
+    let world = match std::env::var_os("SNOWMINT_SIM_CLOCK_ONLY") {
+        Some(_) => super::World::clock_trouble(seed),
+        None => super::World::new(seed),
+    };
     println!("{:?}", world.params());
     let report = world.run();
     println!("{:?} in {:?}", report, started.elapsed());
+}
+
+/// The hybrid clock in the simulator: clock steps back within the bound (one machine's, or
+/// the whole fleet's at once) and forward jumps corrected before they are confirmed cause
+/// no refusal, and every ID is unique and each process's strictly increasing.
+#[test]
+fn clock_trouble_within_the_bound_never_refuses() {
+    let mut faults = 0;
+    for seed in seeds(1, 150) {
+        let report = super::World::clock_trouble(seed).run();
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}", &report.violations[..1]);
+        assert!(
+            report.refusals.is_empty(),
+            "seed {seed}: {} refusals, first {}",
+            report.refusals.len(),
+            report.refusals[0]
+        );
+        assert!(report.ids > 0, "seed {seed}: nothing minted");
+        faults += report.faults.values().sum::<u64>();
+    }
+    assert!(faults > 1_000, "only {faults} clock faults in 150 schedules");
 }
 
 #[test]

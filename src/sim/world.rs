@@ -63,6 +63,9 @@ pub struct Params {
     /// recovery check would count against it: so the bound is an hour, or no check, and the
     /// check's requests run among every other fault without refusing.
     pub max_fleet_skew_ms: Option<i64>,
+    /// Only clock trouble within the hybrid policy's bound: steps back, corrected forward
+    /// jumps, the whole fleet's clocks back at once. Refusals are recorded in the report.
+    pub clock_only: bool,
     /// Faults happen before this instant, none after.
     pub fault_until: Us,
     pub end: Us,
@@ -111,6 +114,7 @@ impl Params {
             max_clock_drift,
             forward_jump_confirm,
             max_fleet_skew_ms,
+            clock_only: false,
             fault_until,
             end: fault_until + recovery_bound + 2 * SECOND,
             recovery_bound,
@@ -333,6 +337,8 @@ pub struct Report {
     pub responses: u64,
     pub faults: BTreeMap<&'static str, u64>,
     pub minted_on_lost_key: u64,
+    /// Calls refused after the first second (recorded only for clock-only worlds).
+    pub refusals: Vec<String>,
     /// A digest of everything that happened, to show that a seed replays exactly.
     pub digest: u64,
     /// Events handled.
@@ -358,8 +364,24 @@ pub struct World {
 
 impl World {
     pub fn new(seed: u64) -> World {
+        World::with(seed, false)
+    }
+
+    /// A world whose only faults are clock trouble within the hybrid policy's bound (steps
+    /// back totalling at most 9 s of a 10 s bound, forward jumps corrected before the 10 s
+    /// confirmation window, the fleet's clocks back at once), in which no call may be refused.
+    pub fn clock_trouble(seed: u64) -> World {
+        World::with(seed, true)
+    }
+
+    fn with(seed: u64, clock_only: bool) -> World {
         let mut rng = Rng::new(seed);
-        let params = Params::draw(&mut rng);
+        let mut params = Params::draw(&mut rng);
+        if clock_only {
+            params.clock_only = true;
+            params.max_clock_drift = Duration::from_secs(10);
+            params.forward_jump_confirm = Duration::from_secs(10);
+        }
         let machines = (0..params.machines)
             .map(|i| Machine {
                 ppm: rng.between(0, 400) as i64 - 200,
@@ -731,7 +753,12 @@ impl World {
             let ids = match reply {
                 Ok(Ids::One(id)) => vec![id],
                 Ok(Ids::Many(ids)) => ids,
-                Err(_) => continue,
+                Err(error) => {
+                    if self.params.clock_only && now > SECOND {
+                        self.report.refusals.push(format!("m{m} at {:.3} s: {error}", now as f64 / 1e6));
+                    }
+                    continue;
+                }
             };
             for &id in ids.iter().take(4) {
                 self.digest(id);
@@ -807,8 +834,10 @@ impl World {
                 self.schedule(at, Ev::Arrive { m, inc, id, request, copy: false });
             }
             Mode::Etcd => {
-                if self.machines[m].partitioned || self.rng.chance(0.01) {
-                    return; // lost on the way
+                // Lost on the way (never in a clock-only world, whose refusals must come from
+                // the clock alone).
+                if self.machines[m].partitioned || (self.rng.chance(0.01) && !self.params.clock_only) {
+                    return;
                 }
                 let at = self.now + self.delay(m);
                 if self.machines[m].duplicates && self.rng.chance(0.5) {
@@ -940,7 +969,34 @@ impl World {
         self.schedule(self.now + d, Ev::Resume { m, pause: id });
     }
 
+    /// Clock trouble within the bound: every step corrected later, the outstanding steps
+    /// back of a machine never beyond 9 s.
+    fn inject_clock_trouble(&mut self) {
+        let kinds = [Fault::ClockBackSmall, Fault::ClockBackLarge, Fault::ClockForward, Fault::FleetClockBack];
+        let fault = *self.rng.pick(&kinds);
+        let m = self.rng.below(self.machines.len() as u64) as usize;
+        *self.report.faults.entry(fault.name()).or_default() += 1;
+        self.trace(|| format!("FAULT {} on m{m}", fault.name()));
+        let step = match fault {
+            Fault::ClockBackSmall => -(self.rng.between(1, 40) as i64) * 1_000,
+            Fault::ClockForward => self.rng.between(500, 3_000) as i64 * 1_000,
+            _ => -(self.rng.between(200, 3_000) as i64) * 1_000,
+        };
+        let hit: Vec<usize> = if fault == Fault::FleetClockBack { (0..self.machines.len()).collect() } else { vec![m] };
+        if hit.iter().any(|&m| self.machines[m].wall_offset_us + step < -9 * SECOND as i64) {
+            return;
+        }
+        for m in hit {
+            self.machines[m].wall_offset_us += step;
+            let at = self.now + self.rng.between(100, 3_000) * MS;
+            self.schedule(at, Ev::CorrectClock { m });
+        }
+    }
+
     fn inject(&mut self) {
+        if self.params.clock_only {
+            return self.inject_clock_trouble();
+        }
         let etcd = self.params.mode == Mode::Etcd;
         let mut kinds = vec![
             Fault::Crash,
