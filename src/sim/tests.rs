@@ -31,9 +31,17 @@ fn seeds(first: u64, n: u64) -> Vec<u64> {
 
 /// Runs `seeds` with `defect` planted, stopping at the first failure.
 fn sweep(seeds: &[u64], defect: Option<Defect>) -> Sweep {
+    sweep_until(seeds, defect, None)
+}
+
+/// [`sweep`], stopping early at `deadline`.
+fn sweep_until(seeds: &[u64], defect: Option<Defect>, deadline: Option<Instant>) -> Sweep {
     defects::plant(defect);
     let mut sweep = Sweep::default();
     for &seed in seeds {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
         let report = run(seed);
         sweep.schedules += 1;
         sweep.ids += report.ids;
@@ -196,14 +204,18 @@ fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
 }
 
 /// The long sweep behind `scripts/simulate`: `SNOWMINT_SIM_SCHEDULES` schedules (default
-/// 100,000) from `SNOWMINT_SIM_FIRST` (default 1), or `SNOWMINT_SIM_SEED` alone.
+/// 100,000) from `SNOWMINT_SIM_FIRST` (default 1), or `SNOWMINT_SIM_SEED` alone; stopping
+/// after `SNOWMINT_SIM_SECONDS` when set.
 #[test]
 #[ignore = "long: run by scripts/simulate"]
 fn long_sweep() {
     let n = std::env::var("SNOWMINT_SIM_SCHEDULES").map_or(100_000, |v| v.parse().expect("a number"));
     let first = std::env::var("SNOWMINT_SIM_FIRST").map_or(1, |v| v.parse().expect("a number"));
     let started = Instant::now();
-    let result = sweep(&seeds(first, n), None);
+    let deadline = std::env::var("SNOWMINT_SIM_SECONDS")
+        .ok()
+        .map(|v| started + std::time::Duration::from_secs(v.parse().expect("a number of seconds")));
+    let result = sweep_until(&seeds(first, n), None, deadline);
     let secs = started.elapsed().as_secs_f64();
     println!("schedules      {} (seeds {first}..{})", result.schedules, first + result.schedules);
     println!("schedules/s    {:.0}", result.schedules as f64 / secs);
