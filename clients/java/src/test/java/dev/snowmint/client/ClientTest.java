@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.snowmint.v1.IdServiceGrpc;
+import dev.snowmint.v1.NextIdRequest;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
@@ -30,8 +32,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
-import snowmint.v1.IdServiceGrpc;
-import snowmint.v1.Snowmint.NextIdRequest;
 
 /** The client against real snowmint processes. */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
