@@ -34,8 +34,8 @@ async fn steppable() -> (TestServer, ManualClock, tempfile::TempDir) {
 
 /// The calls the server answered OK, NextId and BatchIds together.
 async fn calls(server: &TestServer) -> f64 {
-    server.metric(r#"snowmint_requests_total{code="OK",method="NextId"}"#).await
-        + server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds"}"#).await
+    server.metric(r#"snowmint_requests_total{code="OK",method="NextId",protocol="grpc"}"#).await
+        + server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds",protocol="grpc"}"#).await
 }
 
 /// A stand-in server that answers every call with `status`, after `delay`; it counts the
@@ -124,7 +124,7 @@ async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
         ids.extend(client.batch(10).await.unwrap());
     }
     assert_unique(&ids);
-    let refused = r#"snowmint_requests_total{code="Unavailable",method="NextId"}"#;
+    let refused = r#"snowmint_requests_total{code="Unavailable",method="NextId",protocol="grpc"}"#;
     assert!(refusing.metric(refused).await >= 1.0);
 
     // Every endpoint refusing: a clear, retriable error, in bounded time.
@@ -270,7 +270,7 @@ async fn coalesced_calls_fit_a_server_with_a_small_max_batch() {
         }
         assert_unique(&ids);
     }
-    let invalid = r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds"}"#;
+    let invalid = r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds",protocol="grpc"}"#;
     assert!(server.metric(invalid).await <= 1.0, "the client kept asking for more than 50 at once");
     server.stop().await;
 }

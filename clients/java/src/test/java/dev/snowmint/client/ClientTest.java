@@ -215,7 +215,8 @@ class ClientTest {
             }
             // After each failed refill, none starts for 100 ms: about ten refills of two
             // attempts in the second, where a caller looping without the pause makes hundreds.
-            double calls = refusing.metric("snowmint_requests_total{code=\"Unavailable\",method=\"BatchIds\"}");
+            double calls = refusing.metric(
+                    "snowmint_requests_total{code=\"Unavailable\",method=\"BatchIds\",protocol=\"grpc\"}");
             assertTrue(calls <= 60, calls + " refused BatchIds calls in a second, " + failures + " failures");
             assertTrue(failures >= 3, failures + " failures");
         }
@@ -257,7 +258,8 @@ class ClientTest {
             assertEquals(Status.Code.INVALID_ARGUMENT, error.status().getCode());
             assertFalse(error.isRetriable());
             assertTrue(error.getMessage().contains("count must be between 1 and"), error.getMessage());
-            String invalid = "snowmint_requests_total{code=\"InvalidArgument\",method=\"BatchIds\"}";
+            String invalid =
+                    "snowmint_requests_total{code=\"InvalidArgument\",method=\"BatchIds\",protocol=\"grpc\"}";
             assertEquals(1.0, first.metric(invalid));
             assertEquals(0.0, second.metric(invalid), "the bad request was tried on another endpoint");
             assertThrows(IllegalArgumentException.class, () -> client.batchAsync(-1));
