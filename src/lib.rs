@@ -24,6 +24,7 @@
 pub mod admin;
 pub mod calls;
 pub mod clock;
+pub mod connect;
 pub mod defects;
 pub mod generator;
 pub mod grant;
@@ -32,8 +33,10 @@ pub mod layout;
 pub mod metrics;
 pub mod minter;
 pub mod proto;
+pub mod protocols;
 pub mod server;
 pub mod service;
 #[cfg(test)]
 mod sim;
 pub mod store;
+pub mod tls;

@@ -26,7 +26,7 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// gRPC listen address.
+    /// Listen address of gRPC and of the Connect protocol (HTTP/1.1 and HTTP/2).
     #[arg(long, env = "SNOWMINT_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
     /// Admin HTTP listen address (/metrics, /healthz, /readyz).
@@ -107,11 +107,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_MAX_CONCURRENT_STREAMS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
-    /// The largest request message accepted, in bytes.
+    /// The largest request message (a Connect call's body) accepted, in bytes.
     #[arg(long, env = "SNOWMINT_MAX_REQUEST_BYTES", default_value_t = 16 * 1024,
           value_parser = clap::value_parser!(u32).range(64..))]
     pub max_request_bytes: u32,
-    /// The longest any gRPC call may take, in ms.
+    /// The longest any call may take, gRPC or Connect, in ms.
     #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_ms)]
     pub request_timeout_ms: Duration,
     /// Threads serving gRPC; 0 for one per CPU core. The minter is one task whatever this
