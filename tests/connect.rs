@@ -1,5 +1,5 @@
 //! The Connect protocol on the gRPC port, driven with `curl` as a person would: the README's
-//! examples exactly as written, JSON and binary, HTTP/1.1 and HTTP/2, plain and over TLS (ALPN
+//! examples exactly as written, against the real binary, JSON and binary, HTTP/1.1 and HTTP/2, plain and over TLS (ALPN
 //! picks the version), every error with the protocol's HTTP status, `Connect-Timeout-Ms`, and
 //! the calls counted under `protocol="connect"`. The official Connect client for Node covers
 //! the same server in `tests/connect/` (run by `scripts/check`).
@@ -107,10 +107,12 @@ fn matches_shown(shown: &str, got: &str) -> bool {
 }
 
 /// Every `curl` line of the README's Connect examples, run exactly as written but for the
-/// server's address, answers what the `# ` line under it shows.
+/// server's address, answers what the `# ` line under it shows, from the real binary as an
+/// operator starts it.
 #[tokio::test]
 async fn the_readme_curl_examples_answer_as_shown() {
-    let (server, _dir) = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let marker = "<!-- connect examples: run by tests/connect.rs -->\n```sh\n";
     let start = readme.find(marker).expect("the README has the Connect examples") + marker.len();
@@ -138,7 +140,8 @@ async fn the_readme_curl_examples_answer_as_shown() {
     let first = r#"curl -H 'Content-Type: application/json' -d '{"count":3}' http://127.0.0.1:50051/snowmint.v1.IdService/BatchIds"#;
     assert!(block.starts_with(&format!("{first}\n# {{\"ids\":[\"…\",\"…\",\"…\"]}}\n")), "{block}");
     assert!(ran >= 4, "{ran} examples");
-    server.stop().await;
+    server.signal("TERM");
+    assert!(server.wait(common::EXIT_LIMIT).await.success());
 }
 
 #[test]
