@@ -1,6 +1,8 @@
-//! Every call to the `IdService` counted by its final gRPC code, and timed.
+//! Every call to the `IdService` counted by its final code and protocol, and timed.
 //!
-//! [`Counted`] is a tower service wrapped around the generated `IdServiceServer`, so it sees
+//! A [`Call`] is one call being counted: it records its code once, or `CANCELLED` when it is
+//! dropped before it had one. The Connect protocol's layer ([`crate::connect`]) makes one per
+//! request it sees. For gRPC, [`Counted`] is a tower service wrapped around the generated `IdServiceServer`, so it sees
 //! the calls that never reach a handler too: a request larger than `--max-request-bytes`
 //! (`OUT_OF_RANGE`), one that does not decode (`INTERNAL`), a method the service does not
 //! have (`UNIMPLEMENTED`, under the method label `other`). The handlers count nothing
@@ -27,7 +29,7 @@ use tonic::Code;
 use tonic::server::NamedService;
 use tower_service::Service;
 
-use crate::metrics::{CallMetrics, MethodMetrics, Metrics};
+use crate::metrics::{CallMetrics, MethodMetrics, Metrics, PROTOCOL_GRPC};
 
 /// A gRPC service whose every call is counted by method and final code, and timed.
 #[derive(Clone)]
@@ -38,18 +40,17 @@ pub struct Counted<S> {
 
 impl<S: NamedService> Counted<S> {
     pub fn new(inner: S, metrics: &Metrics) -> Counted<S> {
-        Counted { inner, metrics: Arc::new(metrics.calls()) }
+        Counted { inner, metrics: Arc::new(metrics.calls(PROTOCOL_GRPC)) }
     }
+}
 
-    /// The metrics of the method a request path names: `/<service>/<method>`.
-    fn method_of(&self, path: &str) -> &Arc<MethodMetrics> {
-        let method = path
-            .strip_prefix('/')
-            .and_then(|path| path.strip_prefix(S::NAME))
-            .and_then(|path| path.strip_prefix('/'))
-            .unwrap_or_default();
-        self.metrics.of(method)
-    }
+/// The method a request path names (`/<service>/<method>`), or `""` for a path outside
+/// `service`.
+pub fn method_in<'a>(path: &'a str, service: &str) -> &'a str {
+    path.strip_prefix('/')
+        .and_then(|path| path.strip_prefix(service))
+        .and_then(|path| path.strip_prefix('/'))
+        .unwrap_or_default()
 }
 
 impl<S: NamedService> NamedService for Counted<S> {
@@ -71,21 +72,27 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let call = Call { method: self.method_of(request.uri().path()).clone(), start: Instant::now(), done: false };
+        let call = Call::start(self.metrics.of(method_in(request.uri().path(), S::NAME)).clone());
         CountedFuture { inner: self.inner.call(request), call: Some(call) }
     }
 }
 
 /// One call being counted: recorded once, with its final code, or as `CANCELLED` when it is
 /// dropped before it had one.
-struct Call {
+pub struct Call {
     method: Arc<MethodMetrics>,
     start: Instant,
     done: bool,
 }
 
 impl Call {
-    fn finish(&mut self, code: Code) {
+    /// A call to the method of `method`, starting now.
+    pub fn start(method: Arc<MethodMetrics>) -> Call {
+        Call { method, start: Instant::now(), done: false }
+    }
+
+    /// Records the call's final code, unless it was recorded already.
+    pub fn finish(&mut self, code: Code) {
         if !self.done {
             self.done = true;
             self.method.record(code, self.start.elapsed());

@@ -14,19 +14,19 @@
 //! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
 //!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
 //!   token.
-//! - [`metrics`]: every Prometheus metric. [`cli`]: the command line; [`bench`]: its load tool.
-//! - [`client`]: a Rust client with failover, coalescing and an optional local buffer.
+//! - [`metrics`]: every Prometheus metric.
+//!
+//! The command line and the load tool are the `snowmint` binary's (`src/main.rs`,
+//! `src/cli/`); the Rust client is its own crate, `snowmint-client` (`clients/rust`).
 //!
 //! The one promise: no ID is ever issued twice. When it cannot be kept, minting refuses with
 //! a retriable `UNAVAILABLE`.
 
 pub mod admin;
-pub mod bench;
 pub mod calls;
-pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod clock_filter;
+pub mod connect;
 pub mod defects;
 pub mod generator;
 pub mod grant;
@@ -35,8 +35,10 @@ pub mod layout;
 pub mod metrics;
 pub mod minter;
 pub mod proto;
+pub mod protocols;
 pub mod server;
 pub mod service;
 #[cfg(test)]
 mod sim;
 pub mod store;
+pub mod tls;

@@ -20,6 +20,12 @@ pub const METHODS: [&str; 3] = ["NextId", "BatchIds", "Decode"];
 /// client sends would let any client grow the registry without bound.
 pub const OTHER_METHOD: &str = "other";
 
+/// The `protocol` label of a call: gRPC, or the Connect protocol (HTTP/1.1 or HTTP/2, JSON or
+/// binary) on the same port.
+pub const PROTOCOL_GRPC: &str = "grpc";
+pub const PROTOCOL_CONNECT: &str = "connect";
+pub const PROTOCOLS: [&str; 2] = [PROTOCOL_GRPC, PROTOCOL_CONNECT];
+
 /// Every gRPC code, as it appears in the `code` label, in the order of the codes' numbers
 /// (so `CODES[code as usize]` is the label of `code`).
 pub const CODES: [&str; 17] = [
@@ -88,18 +94,23 @@ impl Metrics {
         let registry = Registry::new();
         let ids_issued = IntCounter::new("snowmint_ids_issued_total", "IDs handed to callers.").unwrap();
         let requests = IntCounterVec::new(
-            Opts::new("snowmint_requests_total", "gRPC calls by method and final status code."),
-            &["method", "code"],
+            Opts::new(
+                "snowmint_requests_total",
+                "IdService calls by method, final status code and protocol (grpc or connect).",
+            ),
+            &["method", "code", "protocol"],
         )
         .unwrap();
         let request_duration = HistogramVec::new(
-            HistogramOpts::new("snowmint_request_duration_seconds", "Time to answer a gRPC call, by method.").buckets(
-                vec![
-                    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                    1.0, 2.5,
-                ],
-            ),
-            &["method"],
+            HistogramOpts::new(
+                "snowmint_request_duration_seconds",
+                "Time to answer an IdService call, by method and protocol.",
+            )
+            .buckets(vec![
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                2.5,
+            ]),
+            &["method", "protocol"],
         )
         .unwrap();
         let batch_size = Histogram::with_opts(
@@ -274,8 +285,10 @@ impl Metrics {
     }
 
     fn initialize_labels(&self) {
-        for method in METHODS.into_iter().chain([OTHER_METHOD]) {
-            self.method(method);
+        for protocol in PROTOCOLS {
+            for method in METHODS.into_iter().chain([OTHER_METHOD]) {
+                self.method(method, protocol);
+            }
         }
         for action in [ACTION_WAITED, ACTION_REFUSED, ACTION_BORROWED] {
             self.clock_backward.with_label_values(&[action]);
@@ -288,19 +301,21 @@ impl Metrics {
         self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
     }
 
-    /// The metrics of one RPC method, every series a call can touch resolved once.
-    pub fn method(&self, method: &str) -> MethodMetrics {
+    /// The metrics of one RPC method over one protocol, every series a call can touch
+    /// resolved once.
+    pub fn method(&self, method: &str, protocol: &str) -> MethodMetrics {
         MethodMetrics {
-            by_code: CODES.map(|code| self.requests.with_label_values(&[method, code])),
-            duration: self.request_duration.with_label_values(&[method]),
+            by_code: CODES.map(|code| self.requests.with_label_values(&[method, code, protocol])),
+            duration: self.request_duration.with_label_values(&[method, protocol]),
         }
     }
 
-    /// The metrics of every `IdService` method, for the layer that counts calls.
-    pub fn calls(&self) -> CallMetrics {
+    /// The metrics of every `IdService` method over `protocol` (one of [`PROTOCOLS`]), for
+    /// the layers that count calls.
+    pub fn calls(&self, protocol: &str) -> CallMetrics {
         CallMetrics {
-            methods: METHODS.map(|method| Arc::new(self.method(method))),
-            other: Arc::new(self.method(OTHER_METHOD)),
+            methods: METHODS.map(|method| Arc::new(self.method(method, protocol))),
+            other: Arc::new(self.method(OTHER_METHOD, protocol)),
         }
     }
 
@@ -363,10 +378,13 @@ mod tests {
     fn every_label_set_is_present_from_the_start() {
         let text = Metrics::new().render();
         for needle in [
-            r#"snowmint_requests_total{code="Unavailable",method="NextId"} 0"#,
-            r#"snowmint_requests_total{code="OutOfRange",method="Decode"} 0"#,
-            r#"snowmint_requests_total{code="Unimplemented",method="other"} 0"#,
-            r#"snowmint_request_duration_seconds_count{method="other"} 0"#,
+            r#"snowmint_requests_total{code="Unavailable",method="NextId",protocol="grpc"} 0"#,
+            r#"snowmint_requests_total{code="OutOfRange",method="Decode",protocol="grpc"} 0"#,
+            r#"snowmint_requests_total{code="Unimplemented",method="other",protocol="grpc"} 0"#,
+            r#"snowmint_requests_total{code="Unavailable",method="BatchIds",protocol="connect"} 0"#,
+            r#"snowmint_requests_total{code="Unimplemented",method="other",protocol="connect"} 0"#,
+            r#"snowmint_request_duration_seconds_count{method="other",protocol="grpc"} 0"#,
+            r#"snowmint_request_duration_seconds_count{method="Decode",protocol="connect"} 0"#,
             r#"snowmint_clock_backward_total{action="refused"} 0"#,
             r#"snowmint_lease_renewals_total{result="failed"} 0"#,
             "snowmint_ids_issued_total 0",
@@ -400,7 +418,7 @@ mod tests {
             .expect("the IdService is in the descriptor set");
         let methods: Vec<&str> = service.method.iter().map(|method| method.name()).collect();
         assert_eq!(methods, METHODS, "METHODS lists the methods of the proto, in its order");
-        let calls = Metrics::new().calls();
+        let calls = Metrics::new().calls(PROTOCOL_GRPC);
         for (i, method) in METHODS.iter().enumerate() {
             assert!(Arc::ptr_eq(calls.of(method), &calls.methods[i]));
         }

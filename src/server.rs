@@ -1,5 +1,6 @@
 //! The server: wires the worker source, the minter, the gRPC service (with health and
-//! reflection) and the admin endpoint together, and takes them down in order.
+//! reflection, and the Connect protocol beside gRPC on the same port, over HTTP/1.1 and
+//! HTTP/2) and the admin endpoint together, and takes them down in order.
 //!
 //! The caller hands in bound listeners, a clock and one shutdown token ([`run`]); tests use
 //! exactly this seam with `127.0.0.1:0` listeners. On shutdown the gRPC server stops
@@ -13,14 +14,14 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
-use tonic::transport::{Certificate, Identity};
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::calls::Counted;
 use crate::clock::Clock;
 use crate::clock_filter::{ClockFilter, FilteredClock, JumpEvent};
+use crate::connect::Connect;
 use crate::generator::Generator;
 use crate::grant::Minted;
 use crate::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy, StartError};
@@ -28,6 +29,7 @@ use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
 use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
 use crate::proto::id_service_server::IdServiceServer;
+use crate::protocols::Protocols;
 use crate::service::Service;
 use crate::store::StoreError;
 use crate::store::etcd::{EtcdConfig, EtcdStore};
@@ -62,15 +64,12 @@ impl GrpcTls {
         }
     }
 
-    fn server_config(&self) -> Result<ServerTlsConfig, ServeError> {
+    fn server_config(&self) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, ServeError> {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", path.display())))
         };
-        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?));
-        if let Some(ca) = &self.client_ca {
-            config = config.client_ca_root(Certificate::from_pem(read(ca)?));
-        }
-        Ok(config)
+        let client_ca = self.client_ca.as_ref().map(read).transpose()?;
+        crate::tls::server_config(&read(&self.cert)?, &read(&self.key)?, client_ca.as_deref()).map_err(ServeError::Tls)
     }
 }
 
@@ -285,26 +284,34 @@ pub async fn run(
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let service = Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone());
+    let service = Arc::new(Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone()));
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+    // HTTP/1.1 as well as HTTP/2, for the Connect protocol: each connection is served as the
+    // HTTP/2 preface (or, with TLS, ALPN) says.
     let mut builder = tonic::transport::Server::builder()
+        .accept_http1(true)
         .max_concurrent_streams(config.limits.max_concurrent_streams)
         .timeout(config.limits.request_timeout);
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
     // Counted from outside, so that calls refused before a handler runs are counted too.
-    let ids = Counted::new(
-        IdServiceServer::new(service).max_decoding_message_size(config.limits.max_request_bytes),
+    let grpc_ids = Counted::new(
+        IdServiceServer::from_arc(service.clone()).max_decoding_message_size(config.limits.max_request_bytes),
         &metrics,
     );
-    let serve = builder
+    let connect_ids = Connect::new(service, &metrics, config.limits.max_request_bytes, config.limits.request_timeout);
+    let routes = builder
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(ids)
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned());
+        .add_service(Protocols::new(grpc_ids, connect_ids));
+    let stop_accepting = shutdown.clone().cancelled_owned();
+    let serve: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match tls {
+            None => Box::pin(routes.serve_with_incoming_shutdown(incoming, stop_accepting)),
+            Some(tls) => {
+                Box::pin(routes.serve_with_incoming_shutdown(crate::tls::incoming(incoming, tls), stop_accepting))
+            }
+        };
     tracing::info!(
         %grpc_addr,
         %admin_addr,

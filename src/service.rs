@@ -1,6 +1,8 @@
-//! The gRPC service: thin handlers that validate requests, ask the minter, and map errors to
-//! gRPC status codes in one place ([`status_of`]). Calls are counted and timed around the
-//! service, by [`crate::calls`], so that calls no handler sees are counted too.
+//! The `IdService`: thin handlers that validate requests, ask the minter, and map errors to
+//! gRPC status codes in one place ([`status_of`]). The calls themselves ([`Service::next_id_within`],
+//! [`Service::batch_within`], [`Service::decode_request`]) serve gRPC and the Connect protocol
+//! ([`crate::connect`]) alike. Calls are counted and timed around the service, by
+//! [`crate::calls`], so that calls no handler sees are counted too.
 
 use std::time::Duration;
 
@@ -38,13 +40,16 @@ pub fn status_of(error: ServiceError) -> Status {
     }
 }
 
-/// The time a caller allowed with `grpc-timeout`, less a tenth (at most 20 ms) so a refusal
-/// travels back before the caller's own timer fires.
+/// The time a caller allowed with `grpc-timeout`, less the margin of [`answer_within`].
 fn timeout_of<T>(request: &Request<T>) -> Option<Duration> {
     let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
-    let timeout = parse_grpc_timeout(value)?;
-    let margin = (timeout / 10).min(Duration::from_millis(20));
-    Some(timeout - margin)
+    Some(answer_within(parse_grpc_timeout(value)?))
+}
+
+/// How long a call the caller allowed `timeout` may take here: a tenth less (at most 20 ms),
+/// so a refusal travels back before the caller's own timer fires.
+pub fn answer_within(timeout: Duration) -> Duration {
+    timeout - (timeout / 10).min(Duration::from_millis(20))
 }
 
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
@@ -77,6 +82,31 @@ impl Service {
     pub fn new(minter: MintHandle, layout: Layout, max_batch: u32, metrics: Metrics) -> Service {
         Service { minter, layout, max_batch, metrics }
     }
+
+    /// `NextId`: one ID, answered within `timeout` if one is given.
+    pub async fn next_id_within(&self, timeout: Option<Duration>) -> Result<NextIdResponse, ServiceError> {
+        let id = self.minter.next_id(timeout).await?;
+        Ok(NextIdResponse { id })
+    }
+
+    /// `BatchIds`: `count` IDs, answered within `timeout` if one is given.
+    pub async fn batch_within(&self, count: u32, timeout: Option<Duration>) -> Result<BatchIdsResponse, ServiceError> {
+        if count == 0 || count > self.max_batch {
+            return Err(ServiceError::BadCount { got: count, max: self.max_batch });
+        }
+        self.metrics.batch_size.observe(f64::from(count));
+        let ids = self.minter.batch(count as usize, timeout).await?;
+        Ok(BatchIdsResponse { ids })
+    }
+
+    /// `Decode`: the ID's parts, with the server's layout or a named one.
+    pub fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
+        let DecodeRequest { id, layout } = request;
+        match layout.as_str() {
+            "" | "snowmint" => decode(id, &self.layout),
+            name => decode(id, &Layout::named(name)?),
+        }
+    }
 }
 
 /// A handler's result as a response, or an error mapped to its status.
@@ -104,33 +134,16 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 #[tonic::async_trait]
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        let result = self.minter.next_id(timeout_of(&request)).await;
-        respond(result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
+        respond(self.next_id_within(timeout_of(&request)).await)
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
         let timeout = timeout_of(&request);
-        let count = request.into_inner().count;
-        let result = if count == 0 || count > self.max_batch {
-            Err(ServiceError::BadCount { got: count, max: self.max_batch })
-        } else {
-            self.metrics.batch_size.observe(f64::from(count));
-            self.minter
-                .batch(count as usize, timeout)
-                .await
-                .map(|ids| BatchIdsResponse { ids })
-                .map_err(ServiceError::from)
-        };
-        respond(result)
+        respond(self.batch_within(request.into_inner().count, timeout).await)
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
-        let DecodeRequest { id, layout } = request.into_inner();
-        let result = match layout.as_str() {
-            "" | "snowmint" => decode(id, &self.layout),
-            name => Layout::named(name).map_err(ServiceError::from).and_then(|layout| decode(id, &layout)),
-        };
-        respond(result)
+        respond(self.decode_request(request.into_inner()))
     }
 }
 

@@ -112,7 +112,8 @@ async fn next_and_batch_talk_to_a_server() {
 fn next_without_a_server_fails_clearly() {
     let (code, _, err) = run_binary(&["next", "--addr", "http://127.0.0.1:1"]);
     assert_ne!(code, 0);
-    assert!(err.starts_with("snowmint: cannot connect to http://127.0.0.1:1"), "{err}");
+    assert!(err.starts_with("snowmint: http://127.0.0.1:1: every endpoint refused or failed"), "{err}");
+    assert!(err.contains("Unavailable"), "{err}");
 }
 
 /// Runs `bench` against `url` with `args` and returns its report, asserting it succeeded.
@@ -262,33 +263,93 @@ async fn bench_fails_on_duplicate_ids() {
     server.abort();
 }
 
+/// A subcommand's flags as its `--help` shows them: each long flag (or `<POSITIONAL>`) with
+/// the environment variable it reads, if any.
+fn flags_in_help(help: &str) -> Vec<(String, Option<String>)> {
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    let mut section = "";
+    for line in help.lines() {
+        let trimmed = line.trim();
+        if !line.starts_with(' ') && trimmed.ends_with(':') {
+            section = trimmed;
+            continue;
+        }
+        // A flag or argument starts its line, indented at most 6 spaces; its description, on
+        // the same line or the next ones, is indented further.
+        let indent = line.len() - line.trim_start().len();
+        if indent <= 6 && section == "Arguments:" && trimmed.starts_with('<') {
+            flags.push((trimmed.split_whitespace().next().unwrap().to_string(), None));
+        } else if indent <= 6 && section == "Options:" && trimmed.starts_with('-') {
+            let long = trimmed.split([',', ' ']).find(|word| word.starts_with("--")).expect("a long flag");
+            flags.push((long.to_string(), None));
+        }
+        if let Some((_, env)) = line.split_once("[env: ") {
+            let name = env.split('=').next().unwrap().to_string();
+            flags.last_mut().expect("an [env: ...] follows its flag").1 = Some(name);
+        }
+    }
+    flags.retain(|(flag, _)| flag != "--help" && flag != "--version");
+    flags
+}
+
+/// `snowmint` with `args`, with no `SNOWMINT_*` variables set (their values would show in the
+/// help): its standard output.
+fn help_of(args: &[&str]) -> String {
+    let mut command = std::process::Command::new(common::binary());
+    command.args(args).env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    let output = common::output_within(command, common::EXIT_LIMIT);
+    assert_eq!(output.code, 0, "{args:?}: {}", output.stderr);
+    output.stdout
+}
+
 /// Every flag of every subcommand is in the README, in its subcommand's section, with the
-/// environment variable it reads: `serve`'s by the README's one rule, the others' by name.
+/// environment variable it reads: `serve`'s by the README's one rule, the others' by name. The
+/// flags are read from the real binary's `--help`.
 #[test]
 fn every_flag_of_every_subcommand_is_in_the_readme() {
-    use clap::CommandFactory;
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let command = snowmint::cli::Cli::command();
-    for subcommand in command.get_subcommands() {
-        let name = subcommand.get_name();
+    let top = help_of(&["--help"]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|line| *line != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert_eq!(commands, ["serve", "decode", "next", "batch", "bench"], "{top}");
+    for name in commands {
         let heading = format!("### `snowmint {name}");
         let start = readme.find(&heading).unwrap_or_else(|| panic!("the README has no section {heading}`"));
         let section = &readme[start..];
         let section = &section[..section[heading.len()..].find("\n#").map_or(section.len(), |i| i + heading.len())];
-        for arg in subcommand.get_arguments().filter(|arg| arg.get_id() != "help") {
-            let Some(long) = arg.get_long() else {
-                let positional = format!("<{}>", arg.get_id().as_str().to_uppercase());
-                assert!(section.contains(&positional), "{name}: {positional} is not in its README section");
+        let flags = flags_in_help(&help_of(&[name, "--help"]));
+        assert!(flags.len() > 1 || name == "next", "{name}: no flags read from its help: {flags:?}");
+        if name == "serve" {
+            let listen = ("--listen".to_string(), Some("SNOWMINT_LISTEN".to_string()));
+            assert!(flags.contains(&listen) && flags.len() > 30, "serve's help read wrong: {flags:?}");
+        }
+        for (flag, env) in flags {
+            if flag.starts_with('<') {
+                assert!(section.contains(&flag), "{name}: {flag} is not in its README section");
                 continue;
-            };
-            let flag = format!("`--{long}`");
-            assert!(section.contains(&flag), "{name}: {flag} is not in its README section");
-            let Some(env) = arg.get_env().map(|env| env.to_string_lossy().into_owned()) else { continue };
+            }
+            assert!(section.contains(&format!("`{flag}`")), "{name}: `{flag}` is not in its README section");
+            let Some(env) = env else { continue };
             if name == "serve" {
-                assert_eq!(env, format!("SNOWMINT_{}", long.to_uppercase().replace('-', "_")), "serve --{long}");
+                let expected = format!("SNOWMINT_{}", flag.trim_start_matches('-').to_uppercase().replace('-', "_"));
+                assert_eq!(env, expected, "serve {flag}");
             } else {
-                assert!(section.contains(&env), "{name}: {env} (of --{long}) is not in its README section");
+                assert!(section.contains(&env), "{name}: {env} (of {flag}) is not in its README section");
             }
         }
     }
+}
+
+#[test]
+fn help_is_read_flag_by_flag() {
+    let help = "Usage: snowmint decode [OPTIONS] <ID>\n\nArguments:\n  <ID>\n          The ID.\n\nOptions:\n      --layout <NAME>\n          A layout.\n\n      --epoch <EPOCH>\n          The epoch.\n\n          [env: SNOWMINT_EPOCH=]\n          [default: 2026-01-01T00:00:00Z]\n\n  -h, --help\n          Print help\n";
+    let flags = flags_in_help(help);
+    let expected = [("<ID>", None), ("--layout", None), ("--epoch", Some("SNOWMINT_EPOCH".to_string()))];
+    assert_eq!(flags, expected.map(|(flag, env)| (flag.to_string(), env)));
 }

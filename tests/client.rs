@@ -1,5 +1,7 @@
-//! The Rust client over real servers: failover on UNAVAILABLE, coalescing of concurrent
-//! calls, and the local buffer with its low-water refill and its age bound.
+//! The Rust client (`snowmint-client`) over real servers: failover on UNAVAILABLE and only
+//! then, round and round between endpoints; deadlines per attempt and per call; coalescing of
+//! concurrent calls within a server's `--max-batch`; and the local buffer with its low-water
+//! refill and its age bound.
 
 mod common;
 
@@ -7,19 +9,83 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{TestServer, assert_increasing, assert_unique, config};
-use snowmint::client::{BufferConfig, Client, ClientError};
 use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::layout::Layout;
+use snowmint::proto::id_service_server::{IdService, IdServiceServer};
+use snowmint::proto::{
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse,
+};
+use snowmint_client::{BufferConfig, Client, ClientError};
+use tonic::{Code, Request, Response, Status};
 
 async fn server() -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     (TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await, dir)
 }
 
+/// A server on a manual clock, which refuses while its clock is stepped back.
+async fn steppable() -> (TestServer, ManualClock, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+    Client::builder([server.url()]).connect().unwrap().next_id().await.unwrap();
+    (server, clock, dir)
+}
+
 /// The calls the server answered OK, NextId and BatchIds together.
 async fn calls(server: &TestServer) -> f64 {
-    server.metric(r#"snowmint_requests_total{code="OK",method="NextId"}"#).await
-        + server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds"}"#).await
+    server.metric(r#"snowmint_requests_total{code="OK",method="NextId",protocol="grpc"}"#).await
+        + server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds",protocol="grpc"}"#).await
+}
+
+/// A stand-in server that answers every call with `status`, after `delay`; it counts the
+/// calls it got.
+#[derive(Clone)]
+struct Stub {
+    status: Code,
+    delay: Duration,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Stub {
+    async fn answer<T>(&self) -> Result<Response<T>, Status> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        Err(Status::new(self.status, "the stub's answer"))
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Serves the stub on a loopback port: its URL, and the task to abort.
+    async fn serve(status: Code, delay: Duration) -> (Stub, String, tokio::task::JoinHandle<()>) {
+        let stub = Stub { status, delay, calls: Arc::default() };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tonic::transport::Server::builder()
+            .add_service(IdServiceServer::new(stub.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+        let task = tokio::spawn(async move {
+            let _ = server.await;
+        });
+        (stub, url, task)
+    }
+}
+
+#[tonic::async_trait]
+impl IdService for Stub {
+    async fn next_id(&self, _: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
+        self.answer().await
+    }
+
+    async fn batch_ids(&self, _: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
+        self.answer().await
+    }
+
+    async fn decode(&self, _: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
+        self.answer().await
+    }
 }
 
 #[tokio::test]
@@ -32,7 +98,14 @@ async fn next_id_and_batch() {
     assert_increasing(&many);
     assert!(many[0] > one);
     // A bad request is the caller's error, not retried elsewhere.
-    assert!(matches!(client.batch(0).await, Err(ClientError::Rejected(s)) if s.code() == tonic::Code::InvalidArgument));
+    assert!(matches!(client.batch(0).await, Err(ClientError::Rejected(s)) if s.code() == Code::InvalidArgument));
+    // An endpoint given as host:port is plain text.
+    let bare = Client::builder([server.grpc.to_string()]).connect().unwrap();
+    assert!(bare.next_id().await.unwrap() > many[999]);
+    // Closed: every call fails at once.
+    client.close();
+    assert!(matches!(client.next_id().await, Err(ClientError::Closed)));
+    assert!(matches!(client.batch(3).await, Err(ClientError::Closed)));
     server.stop().await;
 }
 
@@ -40,10 +113,7 @@ async fn next_id_and_batch() {
 async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
     let (good, _dir) = server().await;
     // One endpoint refuses (its clock stepped back 10 s), one has nothing listening.
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let refusing = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
-    Client::builder([refusing.url()]).connect().unwrap().next_id().await.unwrap();
+    let (refusing, clock, _refusing_dir) = steppable().await;
     clock.step_wall(-10_000);
     let gone = format!("http://127.0.0.1:{}", common::etcd::free_port());
 
@@ -54,16 +124,105 @@ async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
         ids.extend(client.batch(10).await.unwrap());
     }
     assert_unique(&ids);
-    assert!(refusing.metric(r#"snowmint_requests_total{code="Unavailable",method="NextId"}"#).await >= 1.0);
+    let refused = r#"snowmint_requests_total{code="Unavailable",method="NextId",protocol="grpc"}"#;
+    assert!(refusing.metric(refused).await >= 1.0);
 
-    // Every endpoint refusing: a clear error, in bounded time.
+    // Every endpoint refusing: a clear, retriable error, in bounded time.
     let only_refusing = Client::builder([refusing.url()]).timeout(Duration::from_millis(200)).connect().unwrap();
     let start = Instant::now();
     let error = only_refusing.next_id().await.unwrap_err();
-    assert!(matches!(&error, ClientError::Unavailable(s) if s.code() == tonic::Code::Unavailable), "{error}");
+    assert!(matches!(&error, ClientError::Unavailable(s) if s.code() == Code::Unavailable), "{error}");
+    assert!(error.is_retriable());
     assert!(start.elapsed() < Duration::from_secs(3));
     refusing.stop().await;
     good.stop().await;
+}
+
+/// The current endpoint moves on every time the current one refuses, however many times the
+/// calls have gone round: here the two servers take turns refusing, five times over.
+#[tokio::test]
+async fn fails_over_back_and_forth_as_the_servers_take_turns_refusing() {
+    let (a, clock_a, _dir_a) = steppable().await;
+    let (b, clock_b, _dir_b) = steppable().await;
+    let client = Client::builder([a.url(), b.url()]).attempts(2).connect().unwrap();
+    let mut ids = vec![client.next_id().await.unwrap()];
+    for turn in 0..6 {
+        // One server's clock steps back 10 s (it refuses), the other's comes back.
+        let (refusing, recovering) = if turn % 2 == 0 { (&clock_a, &clock_b) } else { (&clock_b, &clock_a) };
+        refusing.step_wall(-10_000);
+        if turn > 0 {
+            recovering.step_wall(10_000);
+        }
+        for _ in 0..3 {
+            let id = client.next_id().await.unwrap_or_else(|e| panic!("turn {turn}: {e}"));
+            ids.push(id);
+        }
+    }
+    assert_unique(&ids);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// An error a server sends, UNKNOWN and CANCELLED included, comes back as it is: the next
+/// endpoint never sees the call.
+#[tokio::test]
+async fn errors_the_server_sends_are_returned_without_failing_over() {
+    let (good, _dir) = server().await;
+    for code in [Code::Unknown, Code::Cancelled, Code::Internal, Code::ResourceExhausted] {
+        let (stub, url, task) = Stub::serve(code, Duration::ZERO).await;
+        let client = Client::builder([url, good.url()]).connect().unwrap();
+        let before = calls(&good).await;
+        let error = client.next_id().await.unwrap_err();
+        assert!(matches!(&error, ClientError::Rejected(s) if s.code() == code), "{code:?}: {error}");
+        assert!(!error.is_retriable());
+        let error = client.batch(5).await.unwrap_err();
+        assert!(matches!(&error, ClientError::Rejected(s) if s.code() == code), "{code:?}: {error}");
+        assert_eq!(stub.calls(), 2);
+        assert_eq!(calls(&good).await, before, "{code:?} moved the call to the next endpoint");
+        task.abort();
+    }
+    good.stop().await;
+}
+
+/// A server that does not answer within the attempt's deadline loses the call to the next
+/// endpoint; the caller's own deadline ends the call, all attempts included.
+#[tokio::test]
+async fn an_attempt_past_its_deadline_fails_over_and_the_callers_deadline_ends_the_call() {
+    let (good, _dir) = server().await;
+    let (slow, url, task) = Stub::serve(Code::Unavailable, Duration::from_secs(5)).await;
+    let client = Client::builder([url.clone(), good.url()]).timeout(Duration::from_millis(200)).connect().unwrap();
+    let start = Instant::now();
+    client.batch(10).await.unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert_eq!(slow.calls(), 1);
+
+    let only_slow = Client::builder([url]).timeout(Duration::from_millis(300)).attempts(10).connect().unwrap();
+    let start = Instant::now();
+    let error = only_slow.batch_within(10, Duration::from_millis(500)).await.unwrap_err();
+    assert!(matches!(error, ClientError::DeadlineExceeded), "{error}");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(450) && took < Duration::from_millis(1500), "{took:?}");
+    let error = only_slow.next_id_within(Duration::from_millis(300)).await.unwrap_err();
+    assert!(matches!(error, ClientError::DeadlineExceeded), "{error}");
+    task.abort();
+    good.stop().await;
+}
+
+/// A call that fails on every attempt gives up right after the last one: it pauses between
+/// rounds (10, 20, 40, 80, 160 and 320 ms over 7 attempts), not after the last.
+#[tokio::test]
+async fn a_call_gives_up_right_after_its_last_attempt() {
+    let (refusing, clock, _dir) = steppable().await;
+    clock.step_wall(-10_000);
+    let client = Client::builder([refusing.url()]).attempts(7).connect().unwrap();
+    client.batch(1).await.unwrap_err();
+    let start = Instant::now();
+    let error = client.batch(1).await.unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(&error, ClientError::Unavailable(s) if s.code() == Code::Unavailable), "{error}");
+    // 630 ms of pauses; a pause after the last attempt would add 320 ms more.
+    assert!(took >= Duration::from_millis(630) && took < Duration::from_millis(900), "{took:?}");
+    refusing.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -86,6 +245,33 @@ async fn concurrent_next_ids_are_coalesced_into_few_calls() {
     let made = calls(&server).await - before;
     assert!(made < 128.0, "256 concurrent next_id() made {made} calls");
     assert!(server.metric("snowmint_batch_size_count").await >= 1.0, "no BatchIds call");
+    server.stop().await;
+}
+
+/// Coalesced calls stay within a server's lower `--max-batch`: the first refusal halves what
+/// the client asks for, and no caller sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn coalesced_calls_fit_a_server_with_a_small_max_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = config(dir.path());
+    small.max_batch = 50;
+    let server = TestServer::start(small, Arc::new(SystemClock::new())).await;
+    let client = Client::builder([server.url()]).max_coalesced(100).connect().unwrap();
+    for _ in 0..3 {
+        let tasks: Vec<_> = (0..300)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { client.next_id().await })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.push(common::join_within(task, Duration::from_secs(30), "a caller").await.unwrap());
+        }
+        assert_unique(&ids);
+    }
+    let invalid = r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds",protocol="grpc"}"#;
+    assert!(server.metric(invalid).await <= 1.0, "the client kept asking for more than 50 at once");
     server.stop().await;
 }
 
@@ -119,5 +305,49 @@ async fn buffered_ids_older_than_the_age_bound_are_dropped() {
     let age_ms = layout.tick_start_ms(layout.unpack(next).tick) - layout.tick_start_ms(layout.unpack(first).tick);
     assert!(age_ms >= 300, "an ID {age_ms} ms after the first came from the stale batch");
     assert!(SystemClock::new().wall_ms() - layout.tick_start_ms(layout.unpack(next).tick) < 200);
+    server.stop().await;
+}
+
+/// An empty buffer whose refills fail on every endpoint fails its waiting callers with the
+/// refill's error, and fills again once a server answers.
+#[tokio::test]
+async fn an_empty_buffer_fails_its_callers_when_the_refill_fails() {
+    let (refusing, clock, _dir) = steppable().await;
+    clock.step_wall(-10_000);
+    let config = BufferConfig { batch: 100, low_water: 10, max_refills: 1, max_age: Duration::from_secs(1) };
+    let client = Client::builder([refusing.url()]).buffer(config).connect().unwrap();
+    let start = Instant::now();
+    let error = client.next_id().await.unwrap_err();
+    assert!(matches!(&error, ClientError::Unavailable(s) if s.code() == Code::Unavailable), "{error}");
+    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    let error = client.next_id_within(Duration::from_millis(50)).await.unwrap_err();
+    assert!(error.is_retriable(), "{error}");
+    clock.step_wall(10_000);
+    let start = Instant::now();
+    loop {
+        match client.next_id().await {
+            Ok(_) => break,
+            Err(error) => assert!(start.elapsed() < Duration::from_secs(5), "no ID after the clock came back: {error}"),
+        }
+    }
+    refusing.stop().await;
+}
+
+/// The README's Rust quick start, exactly as the README shows it, against a real server.
+#[path = "../clients/rust/examples/quickstart.rs"]
+#[allow(dead_code)]
+mod quickstart;
+
+#[tokio::test]
+async fn the_readme_quick_start_runs() {
+    let (server, _dir) = server().await;
+    quickstart::mint(&format!("{},{}", server.url(), server.url())).await.unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/clients/rust/examples/quickstart.rs")).unwrap();
+    let marker = "<!-- snippet: clients/rust/examples/quickstart.rs -->\n```rust\n";
+    let start = readme.find(marker).expect("the README shows the Rust quick start") + marker.len();
+    let shown = &readme[start..start + readme[start..].find("```\n").unwrap()];
+    assert_eq!(shown, example, "the README's Rust quick start differs from clients/rust/examples/quickstart.rs");
     server.stop().await;
 }

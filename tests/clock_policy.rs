@@ -94,7 +94,10 @@ async fn large_step_back_is_refused_at_once_and_recovers_by_itself() {
     wait_ready(&server, 200).await;
     let second = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
     assert!(second > first);
-    assert_eq!(server.metric(r#"snowmint_requests_total{code="Unavailable",method="NextId"}"#).await, 1.0);
+    assert_eq!(
+        server.metric(r#"snowmint_requests_total{code="Unavailable",method="NextId",protocol="grpc"}"#).await,
+        1.0
+    );
     server.stop().await;
 }
 

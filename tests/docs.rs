@@ -1,6 +1,7 @@
-//! The README's performance section against the tree: every figure sits under the command
-//! that produces it, each such command exists here, and the instruction-count script runs
-//! the server with the flags it is given.
+//! The READMEs against the tree: every performance figure sits under the command that
+//! produces it, each such command exists here, and the instruction-count script runs the
+//! server with the flags it is given; every quick start shown is the code of a file that a
+//! test runs, and every client language has one.
 
 mod common;
 
@@ -77,4 +78,88 @@ fn count_instructions_runs_the_server_with_the_worker_threads_it_is_given() {
     assert_eq!(flags(&[]), "--worker-threads 1");
     assert_eq!(flags(&["--worker-threads", "2"]), "--worker-threads 2");
     assert_eq!(flags(&["--worker-threads=2", "--max-batch", "10"]), "--worker-threads=2 --max-batch 10");
+}
+
+/// A quick start a README shows: where its marker says it comes from, and the code block.
+struct Snippet {
+    /// The README that shows it, relative to the repository.
+    readme: &'static str,
+    /// The file it comes from, relative to the repository.
+    file: String,
+    /// Only the part of the file between `quick-start:begin` and `quick-start:end`.
+    marked: bool,
+    /// The code block's language and text.
+    language: String,
+    code: String,
+}
+
+/// Every `<!-- snippet: PATH -->` block of `readme` (a path relative to the repository).
+fn snippets(readme: &'static str) -> Vec<Snippet> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join(readme)).unwrap();
+    let dir = Path::new(readme).parent().unwrap();
+    let mut found = Vec::new();
+    for part in text.split("<!-- snippet: ").skip(1) {
+        let (marker, rest) = part.split_once(" -->\n```").unwrap_or_else(|| {
+            panic!("{readme}: a snippet marker with no code block under it: {}", &part[..60.min(part.len())])
+        });
+        let (path, marked) = match marker.split_once(", ") {
+            None => (marker, false),
+            Some((path, "between its quick-start markers")) => (path, true),
+            Some((_, how)) => panic!("{readme}: a snippet marker says {how:?}"),
+        };
+        let (language, rest) = rest.split_once('\n').unwrap();
+        let (code, after) = rest.split_once("```\n").unwrap();
+        assert!(after.starts_with("<!-- end snippet -->"), "{readme}: the snippet of {path} has no end marker");
+        let file = dir.join(path).to_str().unwrap().to_string();
+        found.push(Snippet { readme, file, marked, language: language.to_string(), code: code.to_string() });
+    }
+    found
+}
+
+/// The lines of `file` between its `quick-start:begin` and `quick-start:end` comments, with
+/// their common indentation taken off.
+fn marked_region(file: &str) -> String {
+    let lines: Vec<&str> = file.lines().collect();
+    let begin = lines.iter().position(|l| l.trim_end().ends_with("quick-start:begin")).expect("a begin marker");
+    let end = lines.iter().position(|l| l.trim_end().ends_with("quick-start:end")).expect("an end marker");
+    let region = &lines[begin + 1..end];
+    let indent =
+        region.iter().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
+    region.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect::<Vec<_>>().join("\n")
+        + "\n"
+}
+
+/// Each quick start the READMEs show is the code of the file its marker names (that file's
+/// own tests run it against a real server: `tests/client.rs` for Rust, each client's test.sh
+/// for the others), and every language of the clients has one, as curl does over the
+/// Connect protocol (run by `tests/connect.rs`). A README edited on its own, or an example
+/// changed without the README, fails here, whatever toolchains this machine has.
+#[test]
+fn every_quick_start_is_code_that_a_test_runs_and_every_language_has_one() {
+    let all: Vec<Snippet> = snippets("README.md").into_iter().chain(snippets("clients/README.md")).collect();
+    for snippet in &all {
+        let file = std::fs::read_to_string(Path::new(ROOT).join(&snippet.file))
+            .unwrap_or_else(|e| panic!("{}: the snippet's file {}: {e}", snippet.readme, snippet.file));
+        if snippet.marked {
+            let region = marked_region(&file);
+            assert!(
+                snippet.code.contains(&region),
+                "{}: the quick start differs from the marked part of {}:\n{region}",
+                snippet.readme,
+                snippet.file
+            );
+        } else {
+            assert_eq!(
+                snippet.code, file,
+                "{}: the quick start differs from {}: copy the file into the page",
+                snippet.readme, snippet.file
+            );
+        }
+    }
+    let languages: Vec<&str> = all.iter().map(|s| s.language.as_str()).collect();
+    for language in ["rust", "go", "python", "java", "ts"] {
+        assert!(languages.contains(&language), "no {language} quick start in the READMEs: {languages:?}");
+    }
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    assert!(readme.contains("<!-- connect examples: run by tests/connect.rs -->\n```sh\ncurl "), "no curl quick start");
 }

@@ -79,8 +79,11 @@ async fn prometheus_scrapes_the_counters() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(issued, 1000.0);
-    assert_eq!(query(addr, r#"snowmint_requests_total{method="NextId",code="OK"}"#).await, Some(10.0));
-    assert_eq!(query(addr, r#"snowmint_requests_total{method="BatchIds",code="InvalidArgument"}"#).await, Some(1.0));
+    assert_eq!(query(addr, r#"snowmint_requests_total{method="NextId",code="OK",protocol="grpc"}"#).await, Some(10.0));
+    assert_eq!(
+        query(addr, r#"snowmint_requests_total{method="BatchIds",code="InvalidArgument",protocol="grpc"}"#).await,
+        Some(1.0)
+    );
     // Label sets no call touched are there as zeros, for alerts to see.
     assert_eq!(query(addr, r#"snowmint_clock_backward_total{action="refused"}"#).await, Some(0.0));
     assert_eq!(query(addr, "snowmint_minting").await, Some(1.0));

@@ -34,7 +34,7 @@ async fn ids_outstanding_are_bounded_and_the_excess_is_refused_and_counted() {
     let status = client.clone().batch_ids(BatchIdsRequest { count: 65_536 }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("--max-outstanding-ids"), "{}", status.message());
-    let refused = r#"snowmint_requests_total{code="ResourceExhausted",method="BatchIds"}"#;
+    let refused = r#"snowmint_requests_total{code="ResourceExhausted",method="BatchIds",protocol="grpc"}"#;
     assert_eq!(server.metric(refused).await, 1.0);
     // Time moves on, a tick at a time: the queued batch completes, and the room is free again.
     for _ in 0..40 {
@@ -126,8 +126,11 @@ async fn batch_count_out_of_range_names_the_limit() {
     let max = client.batch_ids(BatchIdsRequest { count: 65_536 }).await.unwrap().into_inner().ids;
     assert_eq!(max.len(), 65_536);
     assert_increasing(&max);
-    assert_eq!(server.metric(r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds"}"#).await, 3.0);
-    assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds"}"#).await, 1.0);
+    assert_eq!(
+        server.metric(r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds",protocol="grpc"}"#).await,
+        3.0
+    );
+    assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="BatchIds",protocol="grpc"}"#).await, 1.0);
     server.stop().await;
 }
 
@@ -260,7 +263,7 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     let scrape = server.admin_get("/metrics").await.1;
     for method in labels {
         for code in CODES {
-            let series = format!(r#"snowmint_requests_total{{code="{code}",method="{method}"}}"#);
+            let series = format!(r#"snowmint_requests_total{{code="{code}",method="{method}",protocol="grpc"}}"#);
             assert_eq!(metric_value(&scrape, &series), 0.0, "{series} before any call");
         }
     }
@@ -296,7 +299,7 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     let start = Instant::now();
     let scrape = loop {
         let scrape = server.admin_get("/metrics").await.1;
-        let cancelled = r#"snowmint_requests_total{code="Cancelled",method="NextId"}"#;
+        let cancelled = r#"snowmint_requests_total{code="Cancelled",method="NextId",protocol="grpc"}"#;
         if metric_value(&scrape, cancelled) == 1.0 || start.elapsed() > Duration::from_secs(5) {
             break scrape;
         }
@@ -304,12 +307,12 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     };
     for method in labels {
         for code in CODES {
-            let series = format!(r#"snowmint_requests_total{{code="{code}",method="{method}"}}"#);
+            let series = format!(r#"snowmint_requests_total{{code="{code}",method="{method}",protocol="grpc"}}"#);
             let want = if expected.contains(&(method, code)) { 1.0 } else { 0.0 };
             assert_eq!(metric_value(&scrape, &series), want, "{series}");
         }
         let calls = expected.iter().filter(|(m, _)| *m == method).count() as f64;
-        let timed = format!(r#"snowmint_request_duration_seconds_count{{method="{method}"}}"#);
+        let timed = format!(r#"snowmint_request_duration_seconds_count{{method="{method}",protocol="grpc"}}"#);
         assert_eq!(metric_value(&scrape, &timed), calls, "{timed}");
     }
     server.stop().await;

@@ -89,7 +89,7 @@ async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
         Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest {}).await.is_err(),
     };
     assert!(refused, "a client with a certificate from another CA got an ID");
-    assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="NextId"}"#).await, 1.0);
+    assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="NextId",protocol="grpc"}"#).await, 1.0);
     server.stop().await;
 }
 

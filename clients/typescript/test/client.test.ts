@@ -189,7 +189,7 @@ describe('the buffer', () => {
     }
     // After each failed refill, none starts for 100 ms: about ten refills of two attempts in
     // the second, where a caller looping without the pause makes hundreds.
-    const calls = await refusing.metric('snowmint_requests_total{code="Unavailable",method="BatchIds"}');
+    const calls = await refusing.metric('snowmint_requests_total{code="Unavailable",method="BatchIds",protocol="grpc"}');
     assert.ok(calls <= 60, `${calls} refused BatchIds calls in a second, ${failures} failures`);
     assert.ok(failures >= 3, `${failures} failures`);
   });
@@ -233,7 +233,7 @@ describe('other errors', () => {
       assert.match(error.message, /count must be between 1 and/);
       return true;
     });
-    const invalid = 'snowmint_requests_total{code="InvalidArgument",method="BatchIds"}';
+    const invalid = 'snowmint_requests_total{code="InvalidArgument",method="BatchIds",protocol="grpc"}';
     assert.equal(await first.metric(invalid), 1);
     assert.equal(await second.metric(invalid), 0, 'the bad request was tried on another endpoint');
     await assert.rejects(client.batch(-1), RangeError);

@@ -359,7 +359,8 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\tIdService\x12A\n" +
 	"\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n" +
 	"\bBatchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12A\n" +
-	"\x06Decode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponseb\x06proto3"
+	"\x06Decode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponseBj\n" +
+	"\x0fdev.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3"
 
 var (
 	file_snowmint_v1_snowmint_proto_rawDescOnce sync.Once

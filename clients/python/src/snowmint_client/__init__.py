@@ -9,7 +9,14 @@ deadlines, and an optional buffer of prefetched IDs. IDs are plain ``int`` value
 
 from ._aio import AsyncClient
 from ._client import Client
-from ._core import DEFAULT_TIMEOUT, BufferConfig, ClientClosedError, SnowmintError, UnavailableError
+from ._core import (
+    DEFAULT_TIMEOUT,
+    BufferConfig,
+    ClientClosedError,
+    DeadlineExceededError,
+    SnowmintError,
+    UnavailableError,
+)
 from ._layout import DEFAULT_EPOCH_MS, DEFAULT_LAYOUT, Decoded, Layout, NotThisLayoutError, Order, decode
 
 __all__ = [
@@ -20,6 +27,7 @@ __all__ = [
     "BufferConfig",
     "Client",
     "ClientClosedError",
+    "DeadlineExceededError",
     "Decoded",
     "Layout",
     "NotThisLayoutError",

@@ -37,6 +37,19 @@ class UnavailableError(SnowmintError):
         return grpc.StatusCode.UNAVAILABLE
 
 
+class DeadlineExceededError(SnowmintError, grpc.RpcError):
+    """The call's own ``timeout`` passed before an attempt could start. A ``grpc.RpcError``
+    with code ``DEADLINE_EXCEEDED``, as the one gRPC raises when it passes during an attempt:
+    an attempt with no time left is not made (gRPC may still complete one whose deadline is
+    already now)."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def details(self) -> str:
+        return str(self)
+
+
 class ClientClosedError(SnowmintError):
     """A call on a closed client."""
 
@@ -127,7 +140,10 @@ class Call:
         or what is left of the call's own deadline when that is sooner."""
         timeout = self._rotation.timeout
         if self._deadline is not None:
-            timeout = max(0.0, min(timeout, self._deadline - time.monotonic()))
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceededError("the call's timeout passed")
+            timeout = min(timeout, left)
         return self._rotation.current(), timeout
 
     def failed(self, index: int, error: grpc.RpcError) -> float:

@@ -24,13 +24,14 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asnowmint/v1/snowmint.proto\x12\x0bsnowmint.v1\"\x0f\n\rNextIdRequest\"\x1c\n\x0eNextIdResponse\x12\n\n\x02id\x18\x01 \x01(\x06\" \n\x0f\x42\x61tchIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"\x1f\n\x10\x42\x61tchIdsResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x06\"+\n\rDecodeRequest\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0e\n\x06layout\x18\x02 \x01(\t\"p\n\x0e\x44\x65\x63odeResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\r\x12\x10\n\x08sequence\x18\x04 \x01(\r\x12\x0c\n\x04time\x18\x05 \x01(\t\x12\x0e\n\x06layout\x18\x06 \x01(\t2\xda\x01\n\tIdService\x12\x41\n\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n\x08\x42\x61tchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12\x41\n\x06\x44\x65\x63ode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asnowmint/v1/snowmint.proto\x12\x0bsnowmint.v1\"\x0f\n\rNextIdRequest\"\x1c\n\x0eNextIdResponse\x12\n\n\x02id\x18\x01 \x01(\x06\" \n\x0f\x42\x61tchIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"\x1f\n\x10\x42\x61tchIdsResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x06\"+\n\rDecodeRequest\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0e\n\x06layout\x18\x02 \x01(\t\"p\n\x0e\x44\x65\x63odeResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\r\x12\x10\n\x08sequence\x18\x04 \x01(\r\x12\x0c\n\x04time\x18\x05 \x01(\t\x12\x0e\n\x06layout\x18\x06 \x01(\t2\xda\x01\n\tIdService\x12\x41\n\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n\x08\x42\x61tchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12\x41\n\x06\x44\x65\x63ode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponseBj\n\x0f\x64\x65v.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'snowmint.v1.snowmint_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.snowmint.v1B\rSnowmintProtoP\001ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1'
   _globals['_NEXTIDREQUEST']._serialized_start=43
   _globals['_NEXTIDREQUEST']._serialized_end=58
   _globals['_NEXTIDRESPONSE']._serialized_start=60

@@ -1,5 +1,10 @@
 package dev.snowmint.client;
 
+import dev.snowmint.v1.BatchIdsRequest;
+import dev.snowmint.v1.BatchIdsResponse;
+import dev.snowmint.v1.IdServiceGrpc;
+import dev.snowmint.v1.NextIdRequest;
+import dev.snowmint.v1.NextIdResponse;
 import io.grpc.ChannelCredentials;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
@@ -14,11 +19,6 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import snowmint.v1.IdServiceGrpc;
-import snowmint.v1.Snowmint.BatchIdsRequest;
-import snowmint.v1.Snowmint.BatchIdsResponse;
-import snowmint.v1.Snowmint.NextIdRequest;
-import snowmint.v1.Snowmint.NextIdResponse;
 
 /**
  * The connections to every endpoint, and which one to use next. An attempt that is refused

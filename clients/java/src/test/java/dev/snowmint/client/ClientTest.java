@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.snowmint.v1.IdServiceGrpc;
+import dev.snowmint.v1.NextIdRequest;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
@@ -30,8 +32,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
-import snowmint.v1.IdServiceGrpc;
-import snowmint.v1.Snowmint.NextIdRequest;
 
 /** The client against real snowmint processes. */
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
@@ -215,7 +215,8 @@ class ClientTest {
             }
             // After each failed refill, none starts for 100 ms: about ten refills of two
             // attempts in the second, where a caller looping without the pause makes hundreds.
-            double calls = refusing.metric("snowmint_requests_total{code=\"Unavailable\",method=\"BatchIds\"}");
+            double calls = refusing.metric(
+                    "snowmint_requests_total{code=\"Unavailable\",method=\"BatchIds\",protocol=\"grpc\"}");
             assertTrue(calls <= 60, calls + " refused BatchIds calls in a second, " + failures + " failures");
             assertTrue(failures >= 3, failures + " failures");
         }
@@ -257,7 +258,8 @@ class ClientTest {
             assertEquals(Status.Code.INVALID_ARGUMENT, error.status().getCode());
             assertFalse(error.isRetriable());
             assertTrue(error.getMessage().contains("count must be between 1 and"), error.getMessage());
-            String invalid = "snowmint_requests_total{code=\"InvalidArgument\",method=\"BatchIds\"}";
+            String invalid =
+                    "snowmint_requests_total{code=\"InvalidArgument\",method=\"BatchIds\",protocol=\"grpc\"}";
             assertEquals(1.0, first.metric(invalid));
             assertEquals(0.0, second.metric(invalid), "the bad request was tried on another endpoint");
             assertThrows(IllegalArgumentException.class, () -> client.batchAsync(-1));

@@ -1,115 +1,27 @@
-//! The command line: `serve`, the small clients `decode` (offline), `next` and `batch`, and
-//! the load tool `bench`.
+//! `snowmint serve`: the server's flags, checked into a [`ServeConfig`], and its start: logging,
+//! the listeners, and the shutdown on SIGTERM or SIGINT.
 //!
-//! Every flag of `serve` can also be set through `SNOWMINT_<FLAG>` in the environment.
-//! Values are checked here, before anything starts; a bad one ends the process with one
-//! clear line and a non-zero status.
+//! Every flag can also be set through `SNOWMINT_<FLAG>` in the environment.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, ValueEnum};
+use snowmint::clock::{Clock, SystemClock};
+use snowmint::layout::Layout;
+use snowmint::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
+use snowmint::store::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
+use snowmint::store::file::StandaloneConfig;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Clock, SystemClock};
-use crate::layout::{Layout, LayoutError, SEQUENCE_BITS, TIME_BITS, WORKER_BITS, parse_rfc3339_ms, rfc3339_ms};
-use crate::proto::id_service_client::IdServiceClient;
-use crate::proto::{BatchIdsRequest, NextIdRequest};
-use crate::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
-use crate::service::decode;
-use crate::store::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
-use crate::store::file::StandaloneConfig;
-
-#[derive(Debug, Parser)]
-#[command(name = "snowmint", version, about = "Mints unique, roughly time-sorted 64-bit IDs over gRPC")]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the ID server.
-    Serve(Box<ServeArgs>),
-    /// Split an ID into time, worker and sequence (offline).
-    Decode(DecodeArgs),
-    /// Ask a server for one ID.
-    Next(ClientArgs),
-    /// Ask a server for a batch of IDs.
-    Batch(BatchArgs),
-    /// Drive load against a server and report throughput, latency and uniqueness.
-    Bench(crate::bench::BenchArgs),
-}
+use super::flags::{LayoutArgs, parse_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// The layout flags, shared by `serve` and `decode`.
-#[derive(Debug, Clone, Args)]
-pub struct LayoutArgs {
-    /// The epoch IDs count time from, in RFC 3339. Frozen once IDs exist.
-    #[arg(long, env = "SNOWMINT_EPOCH", default_value = "2026-01-01T00:00:00Z", value_parser = parse_epoch)]
-    pub epoch: i64,
-    /// Bits of the worker ID (2^bits workers).
-    #[arg(long, env = "SNOWMINT_WORKER_BITS", default_value_t = 10)]
-    pub worker_bits: u8,
-    /// Bits of the per-millisecond sequence (2^bits IDs per ms per worker).
-    #[arg(long, env = "SNOWMINT_SEQUENCE_BITS", default_value_t = 12)]
-    pub sequence_bits: u8,
-}
-
-impl LayoutArgs {
-    /// snowmint's layout from these flags, checked for minting at wall time `now_ms`; or the
-    /// one line that names the flags at fault, with the arithmetic.
-    pub fn layout(&self, now_ms: i64) -> Result<Layout, String> {
-        let layout = self.widths()?;
-        layout.validate_for_minting(now_ms).map_err(|e| match e {
-            LayoutError::EpochInFuture { epoch, now } => format!("--epoch {epoch} is in the future (now is {now})"),
-            LayoutError::Expired { expiry, time_bits, .. } => format!(
-                "--epoch {} with {time_bits} time bits of ms (63 - --worker-bits {} - --sequence-bits {}) ran out at {expiry}",
-                rfc3339_ms(self.epoch),
-                self.worker_bits,
-                self.sequence_bits
-            ),
-            e => format!("invalid layout: {e}"),
-        })?;
-        Ok(layout)
-    }
-
-    /// snowmint's layout from these flags with its widths checked, for decoding: the time
-    /// field gets what the worker and sequence leave of the 63 bits below the sign bit.
-    pub fn widths(&self) -> Result<Layout, String> {
-        let (worker, sequence) = (self.worker_bits, self.sequence_bits);
-        let (min, max) = (TIME_BITS.start(), TIME_BITS.end());
-        let time = 63 - i32::from(worker) - i32::from(sequence);
-        if time < 0 {
-            return Err(format!(
-                "--worker-bits {worker} + --sequence-bits {sequence} = {} bits, more than the 63 below the sign bit; the time field needs {min} to {max} of them",
-                63 - time
-            ));
-        }
-        if !(i32::from(*min)..=i32::from(*max)).contains(&time) {
-            return Err(format!(
-                "--worker-bits {worker} + --sequence-bits {sequence} leave {time} time bits (of 63); the time field needs {min} to {max}"
-            ));
-        }
-        for (flag, range, got) in [("--worker-bits", WORKER_BITS, worker), ("--sequence-bits", SEQUENCE_BITS, sequence)]
-        {
-            if !range.contains(&got) {
-                return Err(format!("{flag} must be between {} and {}, got {got}", range.start(), range.end()));
-            }
-        }
-        Ok(Layout::snowmint(self.epoch, worker, sequence))
-    }
-}
-
-fn parse_epoch(text: &str) -> Result<i64, String> {
-    parse_rfc3339_ms(text).map_err(|e| format!("not an RFC 3339 time such as 2026-01-01T00:00:00Z ({e})"))
 }
 
 /// Worker IDs as given on the command line, ascending and distinct.
@@ -144,14 +56,9 @@ fn parse_worker_ids(text: &str) -> Result<WorkerIds, String> {
     Ok(WorkerIds(ids))
 }
 
-fn parse_positive_ms(text: &str) -> Result<Duration, String> {
-    let ms: u64 = text.parse().map_err(|e| format!("not a number of milliseconds ({e})"))?;
-    Ok(Duration::from_millis(ms))
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// gRPC listen address.
+    /// Listen address of gRPC and of the Connect protocol (HTTP/1.1 and HTTP/2).
     #[arg(long, env = "SNOWMINT_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
     /// Admin HTTP listen address (/metrics, /healthz, /readyz).
@@ -184,34 +91,34 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub max_outstanding_ids: u64,
     /// How far ahead of the clock reservations reach, in ms.
-    #[arg(long, env = "SNOWMINT_RESERVATION_WINDOW_MS", default_value = "3000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_RESERVATION_WINDOW_MS", default_value = "3000", value_parser = parse_ms)]
     pub reservation_window_ms: Duration,
     /// With --max-clock-drift-ms 0 (the strict policy): wall-clock steps back up to this many
     /// ms are waited out; larger ones are refused.
-    #[arg(long, env = "SNOWMINT_MAX_CLOCK_BACK_MS", default_value = "5", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_MAX_CLOCK_BACK_MS", default_value = "5", value_parser = parse_ms)]
     pub max_clock_back_ms: Duration,
     /// The longest a call waits for IDs, in ms, whatever its own deadline.
-    #[arg(long, env = "SNOWMINT_MAX_WAIT_MS", default_value = "1000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_MAX_WAIT_MS", default_value = "1000", value_parser = parse_ms)]
     pub max_wait_ms: Duration,
     /// While the wall clock is behind the minting time (a step back, a restart above a
     /// saved reservation), minting goes on ahead of it by at most this many ms, and refuses
     /// beyond; 0 keeps IDs' time never ahead of the clock (the strict policy).
-    #[arg(long, env = "SNOWMINT_MAX_CLOCK_DRIFT_MS", default_value = "10000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_MAX_CLOCK_DRIFT_MS", default_value = "10000", value_parser = parse_ms)]
     pub max_clock_drift_ms: Duration,
     /// How long a forward jump of the wall clock (above --forward-jump-threshold-ms) must
     /// last before minting follows it, in ms; until then minting time goes on with the
     /// boot-time clock.
-    #[arg(long, env = "SNOWMINT_FORWARD_JUMP_CONFIRM_MS", default_value = "10000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_FORWARD_JUMP_CONFIRM_MS", default_value = "10000", value_parser = parse_ms)]
     pub forward_jump_confirm_ms: Duration,
     /// Wall-clock jumps forward above this many ms (beyond the boot-time clock) are counted,
     /// and followed only once they have lasted --forward-jump-confirm-ms.
-    #[arg(long, env = "SNOWMINT_FORWARD_JUMP_THRESHOLD_MS", default_value = "1000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_FORWARD_JUMP_THRESHOLD_MS", default_value = "1000", value_parser = parse_ms)]
     pub forward_jump_threshold_ms: Duration,
     /// etcd mode: this clock is compared, at the start and every 15 s, with the median of
     /// other instances' clocks (published with their reservation writes); beyond this many
     /// ms the start stops, or a running instance stops minting (NOT_SERVING) until its clock
     /// agrees again. 0 turns the check off.
-    #[arg(long, env = "SNOWMINT_MAX_FLEET_SKEW_MS", default_value = "30000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_MAX_FLEET_SKEW_MS", default_value = "30000", value_parser = parse_ms)]
     pub max_fleet_skew_ms: Duration,
     /// etcd endpoints (comma-separated URLs); when given, the worker ID is leased from etcd
     /// instead of --worker-id, and reservations live in etcd instead of --state-dir.
@@ -240,7 +147,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_ETCD_USER")]
     pub etcd_user: Option<String>,
     /// How long the start may spend reaching etcd before giving up, in ms.
-    #[arg(long, env = "SNOWMINT_ETCD_START_TIMEOUT_MS", default_value = "30000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_ETCD_START_TIMEOUT_MS", default_value = "30000", value_parser = parse_ms)]
     pub etcd_start_timeout_ms: Duration,
     /// Server certificate (PEM) for gRPC over TLS; without it gRPC is plain text.
     #[arg(long, env = "SNOWMINT_TLS_CERT", requires = "tls_key")]
@@ -255,12 +162,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_MAX_CONCURRENT_STREAMS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
-    /// The largest request message accepted, in bytes.
+    /// The largest request message (a Connect call's body) accepted, in bytes.
     #[arg(long, env = "SNOWMINT_MAX_REQUEST_BYTES", default_value_t = 16 * 1024,
           value_parser = clap::value_parser!(u32).range(64..))]
     pub max_request_bytes: u32,
-    /// The longest any gRPC call may take, in ms.
-    #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_positive_ms)]
+    /// The longest any call may take, gRPC or Connect, in ms.
+    #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_ms)]
     pub request_timeout_ms: Duration,
     /// Threads serving gRPC; 0 for one per CPU core. The minter is one task whatever this
     /// is; more threads spread the HTTP/2 work of many connections, and 1 runs everything on
@@ -268,7 +175,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// On SIGTERM, how long calls in flight get to finish, in ms.
-    #[arg(long, env = "SNOWMINT_SHUTDOWN_GRACE_MS", default_value = "5000", value_parser = parse_positive_ms)]
+    #[arg(long, env = "SNOWMINT_SHUTDOWN_GRACE_MS", default_value = "5000", value_parser = parse_ms)]
     pub shutdown_grace_ms: Duration,
     /// Log format.
     #[arg(long, env = "SNOWMINT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -371,9 +278,7 @@ impl ServeArgs {
             },
         })
     }
-}
 
-impl ServeArgs {
     fn etcd_config(&self, layout: &Layout, slots: usize) -> Result<EtcdConfig, String> {
         if self.etcd_endpoints.iter().any(|e| e.trim().is_empty()) {
             return Err("--etcd-endpoints has an empty entry".into());
@@ -427,46 +332,8 @@ impl ServeArgs {
     }
 }
 
-#[derive(Debug, Clone, Args)]
-pub struct DecodeArgs {
-    /// The ID, in decimal or 0x-prefixed hex.
-    #[arg(value_parser = parse_id)]
-    pub id: u64,
-    /// A named layout (twitter, discord, instagram, sonyflake); snowmint's own by default.
-    #[arg(long = "layout", value_name = "NAME")]
-    pub layout_name: Option<String>,
-    #[command(flatten)]
-    pub own: LayoutArgs,
-    /// Print JSON (the ID as a string).
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn parse_id(text: &str) -> Result<u64, String> {
-    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => text.parse(),
-    };
-    parsed.map_err(|e| format!("not a 64-bit unsigned ID ({e})"))
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ClientArgs {
-    /// The server's gRPC URL.
-    #[arg(long, env = "SNOWMINT_ADDR", default_value = "http://127.0.0.1:50051")]
-    pub addr: String,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct BatchArgs {
-    /// How many IDs.
-    pub count: u32,
-    #[command(flatten)]
-    pub client: ClientArgs,
-}
-
 /// Sets up logging: text or JSON on stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -476,95 +343,8 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
-/// The tokio runtime for a command line: `serve` gets `--worker-threads` threads (one per
-/// core by default), the small clients a multi-threaded default.
-pub fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
-    let threads = match &cli.command {
-        Command::Serve(args) => args.worker_threads,
-        _ => 0,
-    };
-    let mut builder = match threads {
-        // One thread: the single-threaded scheduler, which skips the work-stealing
-        // bookkeeping that one thread has no use for.
-        1 => tokio::runtime::Builder::new_current_thread(),
-        0 => tokio::runtime::Builder::new_multi_thread(),
-        n => {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(n);
-            builder
-        }
-    };
-    builder.enable_all().build()
-}
-
-/// Runs a parsed command line; `Err` is the one line to print before exiting non-zero.
-pub async fn main(cli: Cli) -> Result<(), String> {
-    match cli.command {
-        Command::Serve(args) => serve(*args).await,
-        Command::Decode(args) => {
-            let layout = match &args.layout_name {
-                None => args.own.widths()?,
-                Some(name) if name == "snowmint" => args.own.widths()?,
-                Some(name) => Layout::named(name).map_err(|e| e.to_string())?,
-            };
-            let decoded = decode(args.id, &layout).map_err(|e| e.to_string())?;
-            if args.json {
-                let json = serde_json::json!({
-                    "id": decoded.id.to_string(),
-                    "unix_ms": decoded.unix_ms.to_string(),
-                    "time": decoded.time,
-                    "worker_id": decoded.worker_id,
-                    "sequence": decoded.sequence,
-                    "layout": decoded.layout,
-                });
-                println!("{json}");
-            } else {
-                println!(
-                    "id={} time={} unix_ms={} worker_id={} sequence={} layout={}",
-                    decoded.id, decoded.time, decoded.unix_ms, decoded.worker_id, decoded.sequence, decoded.layout
-                );
-            }
-            Ok(())
-        }
-        Command::Next(args) => {
-            let mut client = connect(&args.addr).await?;
-            let id = client.next_id(NextIdRequest {}).await.map_err(|s| status_line(&s))?.into_inner().id;
-            println!("{id}");
-            Ok(())
-        }
-        Command::Batch(args) => {
-            let mut client = connect(&args.client.addr).await?;
-            let ids = client
-                .batch_ids(BatchIdsRequest { count: args.count })
-                .await
-                .map_err(|s| status_line(&s))?
-                .into_inner()
-                .ids;
-            let mut out = String::with_capacity(ids.len() * 20);
-            for id in ids {
-                out.push_str(&id.to_string());
-                out.push('\n');
-            }
-            print!("{out}");
-            Ok(())
-        }
-        Command::Bench(args) => {
-            let report = crate::bench::run(&args).await?;
-            println!("{report}");
-            report.verdict()
-        }
-    }
-}
-
-fn status_line(status: &tonic::Status) -> String {
-    format!("{:?}: {}", status.code(), status.message())
-}
-
-async fn connect(addr: &str) -> Result<IdServiceClient<tonic::transport::Channel>, String> {
-    IdServiceClient::connect(addr.to_string()).await.map_err(|e| format!("cannot connect to {addr}: {e}"))
-}
-
-async fn serve(args: ServeArgs) -> Result<(), String> {
+/// Runs the server until SIGTERM or SIGINT; `Err` is the one line to exit with.
+pub async fn run(args: ServeArgs) -> Result<(), String> {
     init_logging(args.log_format);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let config = args.config(clock.wall_ms())?;
@@ -576,7 +356,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {} (admin): {e}", args.admin_listen))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    crate::server::run(config, grpc, admin, clock, shutdown).await.map_err(|e| e.to_string())
+    snowmint::server::run(config, grpc, admin, clock, shutdown).await.map_err(|e| e.to_string())
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.

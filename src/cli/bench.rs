@@ -1,16 +1,17 @@
-//! `snowmint bench`: a load tool that drives NextId or BatchIds against a server at a set
-//! concurrency for a set duration or call count, reports calls/s, IDs/s and latency
-//! percentiles, and checks that every ID it received is unique. A run with a failed call or
-//! a duplicate ID is a failed run ([`Report::verdict`]): its figures measure something else
-//! than a server serving.
+//! `snowmint bench`: the load tool. It drives NextId, BatchIds or the buffered Rust client
+//! against a server at a set concurrency for a set duration or call count, reports calls/s,
+//! IDs/s and latency percentiles, and checks that every ID it received is unique. A run with
+//! a failed call or a duplicate ID is a failed run ([`Report::verdict`]): its figures measure
+//! something else than a server serving.
 
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::proto::id_service_client::IdServiceClient;
-use crate::proto::{BatchIdsRequest, NextIdRequest};
+use snowmint_client::proto::id_service_client::IdServiceClient;
+use snowmint_client::proto::{BatchIdsRequest, NextIdRequest};
+use snowmint_client::{BufferConfig, Client};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Method {
@@ -18,7 +19,7 @@ pub enum Method {
     Next,
     /// BatchIds calls of --batch-size.
     Batch,
-    /// `snowmint::client` with its local buffer: next_id() per call.
+    /// The Rust client (snowmint-client) with its local buffer: next_id() per call.
     Buffered,
 }
 
@@ -124,8 +125,8 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let interval = args.rate.map(|rate| Duration::from_secs_f64(args.concurrency as f64 / rate));
     let buffered = match args.method {
         Method::Buffered => Some(
-            crate::client::Client::builder([args.addr.clone()])
-                .buffer(crate::client::BufferConfig {
+            Client::builder([args.addr.clone()])
+                .buffer(BufferConfig {
                     batch: args.batch_size,
                     low_water: 4 * args.batch_size as usize,
                     max_refills: 4,
@@ -241,7 +242,7 @@ struct Outcome {
 /// What a worker calls.
 enum Target {
     Server(IdServiceClient<Channel>),
-    Buffered(crate::client::Client),
+    Buffered(Client),
 }
 
 /// How a worker drives its calls.

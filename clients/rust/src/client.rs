@@ -1,0 +1,172 @@
+//! The client handle and its builder.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::buffer::{Buffer, BufferConfig};
+use crate::coalesce::{self, Waiter};
+use crate::endpoints::{Endpoints, Settings};
+use crate::error::ClientError;
+
+/// The largest `BatchIds` the coalescer makes unless told otherwise.
+pub const DEFAULT_MAX_COALESCED: u32 = 4096;
+
+/// Builds a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    buffer: Option<BufferConfig>,
+    timeout: Duration,
+    attempts: Option<usize>,
+    max_coalesced: u32,
+    #[cfg(feature = "tls")]
+    tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
+impl ClientBuilder {
+    /// Prefetch IDs into a local buffer.
+    pub fn buffer(mut self, config: BufferConfig) -> ClientBuilder {
+        self.buffer = Some(config);
+        self
+    }
+
+    /// The deadline of each attempt on a server (default 1 s).
+    pub fn timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many attempts one call makes at most, across endpoints (default: twice the
+    /// number of endpoints, at least 2).
+    pub fn attempts(mut self, attempts: usize) -> ClientBuilder {
+        self.attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// The most IDs one coalesced `BatchIds` asks for (default 4,096). A server whose
+    /// `--max-batch` is lower answers such a call `INVALID_ARGUMENT`; the client then halves
+    /// the limit until the server accepts it, so setting it only saves those first calls.
+    pub fn max_coalesced(mut self, max: u32) -> ClientBuilder {
+        self.max_coalesced = max.max(1);
+        self
+    }
+
+    /// TLS settings for `https://` endpoints (a CA, a client certificate, the name to
+    /// verify); without them, `https://` endpoints are verified against the system's roots.
+    #[cfg(feature = "tls")]
+    pub fn tls_config(mut self, tls: tonic::transport::ClientTlsConfig) -> ClientBuilder {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Makes the client. Connections open lazily, on first use. Must be called within a
+    /// tokio runtime: it starts the background tasks.
+    pub fn connect(self) -> Result<Client, ClientError> {
+        let settings = Settings {
+            timeout: self.timeout,
+            attempts: self.attempts,
+            #[cfg(feature = "tls")]
+            tls: self.tls,
+        };
+        let endpoints = Arc::new(Endpoints::new(&self.endpoints, settings)?);
+        let closed = Arc::new(AtomicBool::new(false));
+        let (coalescer, waiting) = mpsc::channel(4096);
+        tokio::spawn(coalesce::run(endpoints.clone(), waiting, self.max_coalesced as usize));
+        let buffer = self.buffer.map(|config| Buffer::start(config, &endpoints, &closed));
+        Ok(Client { inner: Arc::new(Inner { endpoints, coalescer, buffer, closed }) })
+    }
+}
+
+/// A client of one or several snowmint servers. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoints: Arc<Endpoints>,
+    coalescer: mpsc::Sender<Waiter>,
+    buffer: Option<Arc<Buffer>>,
+    /// Set by [`Client::close`]; read on every call, so an atomic rather than a channel.
+    closed: Arc<AtomicBool>,
+}
+
+impl Client {
+    /// A builder for a client of `endpoints`: URLs such as `http://10.0.0.1:50051`
+    /// (`https://` with the `tls` feature), or `host:port` for plain text.
+    pub fn builder<I, S>(endpoints: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClientBuilder {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            buffer: None,
+            timeout: Duration::from_secs(1),
+            attempts: None,
+            max_coalesced: DEFAULT_MAX_COALESCED,
+            #[cfg(feature = "tls")]
+            tls: None,
+        }
+    }
+
+    /// One new ID: from the buffer if there is one, otherwise coalesced with every other
+    /// `next_id()` waiting at the same moment into one call.
+    pub async fn next_id(&self) -> Result<u64, ClientError> {
+        self.next_id_by(None).await
+    }
+
+    /// [`Client::next_id`], all attempts included within `timeout`; past it the call fails
+    /// with [`ClientError::DeadlineExceeded`].
+    pub async fn next_id_within(&self, timeout: Duration) -> Result<u64, ClientError> {
+        self.next_id_by(Some(Instant::now() + timeout)).await
+    }
+
+    async fn next_id_by(&self, deadline: Option<Instant>) -> Result<u64, ClientError> {
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        if let Some(buffer) = &inner.buffer {
+            return buffer.next_id(&inner.endpoints, deadline).await;
+        }
+        let (tx, rx) = oneshot::channel();
+        inner.coalescer.send(tx).await.map_err(|_| ClientError::Closed)?;
+        let answer = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, rx).await.map_err(|_| ClientError::DeadlineExceeded)?,
+            None => rx.await,
+        };
+        answer.map_err(|_| ClientError::Closed)?
+    }
+
+    /// `count` new IDs, strictly increasing, from one server in one `BatchIds` call; never
+    /// from the buffer. `count` must be 1 to the server's `--max-batch`.
+    pub async fn batch(&self, count: u32) -> Result<Vec<u64>, ClientError> {
+        self.batch_by(count, None).await
+    }
+
+    /// [`Client::batch`], all attempts included within `timeout`.
+    pub async fn batch_within(&self, count: u32, timeout: Duration) -> Result<Vec<u64>, ClientError> {
+        self.batch_by(count, Some(Instant::now() + timeout)).await
+    }
+
+    async fn batch_by(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<u64>, ClientError> {
+        if self.inner.closed.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        self.inner.endpoints.batch(count, deadline).await
+    }
+
+    /// Stops the background refills; every call after it fails with [`ClientError::Closed`].
+    /// The connections close once the last clone of the client is dropped.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Relaxed);
+        if let Some(buffer) = &self.inner.buffer {
+            buffer.wake_refills();
+        }
+    }
+}

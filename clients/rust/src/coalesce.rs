@@ -1,0 +1,56 @@
+//! Coalescing of unbuffered `next_id()` calls: every caller sends a oneshot sender over an
+//! mpsc channel to one background task, which takes the callers waiting at that moment (up
+//! to the client's `max_coalesced`) and serves them with one `BatchIds` call (`NextId` for a
+//! single caller). A burst of callers costs one round trip; callers beyond the cap are served
+//! by the next call. A server whose `--max-batch` is below the cap answers `INVALID_ARGUMENT`;
+//! the cap then halves until the server accepts it, so callers never see that answer. An
+//! optimization beyond the contract: use the buffer for throughput.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::endpoints::Endpoints;
+use crate::error::ClientError;
+
+/// Where a caller waits for its ID.
+pub(crate) type Waiter = oneshot::Sender<Result<u64, ClientError>>;
+
+/// The coalescing task: runs until every sender of `rx` is gone. `limit` is the most IDs one
+/// call asks for; a server that answers a coalesced call `INVALID_ARGUMENT` has a lower
+/// `--max-batch`, so the limit halves and the same callers are served by smaller calls.
+pub(crate) async fn run(endpoints: Arc<Endpoints>, mut rx: mpsc::Receiver<Waiter>, mut limit: usize) {
+    let mut waiting = Vec::with_capacity(limit.min(4096));
+    while rx.recv_many(&mut waiting, limit).await > 0 {
+        // Callers whose own deadline passed meanwhile.
+        waiting.retain(|tx| !tx.is_closed());
+        while !waiting.is_empty() {
+            let n = waiting.len().min(limit);
+            let result = match n {
+                1 => endpoints.next_id(None).await.map(|id| vec![id]),
+                n => endpoints.batch(n as u32, None).await,
+            };
+            match result {
+                Err(ClientError::Rejected(status)) if status.code() == tonic::Code::InvalidArgument && n > 1 => {
+                    limit = n / 2;
+                }
+                Ok(ids) if ids.len() == n => {
+                    for (tx, id) in waiting.drain(..n).zip(ids) {
+                        let _ = tx.send(Ok(id));
+                    }
+                }
+                Ok(ids) => {
+                    let wrong = tonic::Status::internal(format!("asked for {n} IDs, got {}", ids.len()));
+                    for tx in waiting.drain(..n) {
+                        let _ = tx.send(Err(ClientError::Rejected(wrong.clone())));
+                    }
+                }
+                Err(error) => {
+                    for tx in waiting.drain(..n) {
+                        let _ = tx.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The endpoints, and the contract's rule for moving between them (clients/README.md).
+//!
+//! All calls go to one current endpoint. An attempt that was refused (`UNAVAILABLE`), failed
+//! in transport (a status this client made from a broken connection, not one a server sent),
+//! or got no answer within its own deadline moves the call to the next endpoint, round
+//! robin, and that endpoint becomes the current one for every caller. Every other status
+//! returns as it is: it would be the same on every server. Once every endpoint has been tried
+//! in a call, each further attempt waits first (10 ms, doubling, at most 320 ms); nothing
+//! waits after the last attempt.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::error::ClientError;
+use crate::proto::id_service_client::IdServiceClient;
+use crate::proto::{BatchIdsRequest, NextIdRequest};
+
+/// The servers a client talks to, and which one is current.
+pub(crate) struct Endpoints {
+    stubs: Vec<IdServiceClient<Channel>>,
+    /// The index of the current endpoint; always below `stubs.len()`.
+    current: AtomicUsize,
+    /// The deadline of one attempt.
+    pub(crate) timeout: Duration,
+    /// Attempts one call makes at most.
+    pub(crate) attempts: usize,
+}
+
+/// How the builder's settings reach the connections.
+pub(crate) struct Settings {
+    pub timeout: Duration,
+    /// `None`: twice the number of endpoints, at least 2.
+    pub attempts: Option<usize>,
+    #[cfg(feature = "tls")]
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
+impl Endpoints {
+    /// Lazily connected channels to `urls` (`http://`, `https://`, or a bare `host:port`
+    /// for plain text).
+    pub(crate) fn new(urls: &[String], settings: Settings) -> Result<Endpoints, ClientError> {
+        if urls.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let mut stubs = Vec::with_capacity(urls.len());
+        for url in urls {
+            let endpoint = endpoint(url, &settings)?.tcp_nodelay(true).connect_timeout(settings.timeout);
+            stubs.push(IdServiceClient::new(endpoint.connect_lazy()));
+        }
+        let attempts = settings.attempts.unwrap_or((2 * urls.len()).max(2)).max(1);
+        Ok(Endpoints { current: AtomicUsize::new(0), timeout: settings.timeout, attempts, stubs })
+    }
+
+    /// One `NextId` call, failing over as the contract says.
+    pub(crate) async fn next_id(&self, deadline: Option<Instant>) -> Result<u64, ClientError> {
+        self.call(deadline, |mut stub, timeout| async move {
+            let mut request = tonic::Request::new(NextIdRequest {});
+            request.set_timeout(timeout);
+            stub.next_id(request).await.map(|response| response.into_inner().id)
+        })
+        .await
+    }
+
+    /// One `BatchIds` call of `count`, failing over as the contract says.
+    pub(crate) async fn batch(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<u64>, ClientError> {
+        self.call(deadline, |mut stub, timeout| async move {
+            let mut request = tonic::Request::new(BatchIdsRequest { count });
+            request.set_timeout(timeout);
+            stub.batch_ids(request).await.map(|response| response.into_inner().ids)
+        })
+        .await
+    }
+
+    /// Makes the attempts of one call: each on the current endpoint, within the smaller of
+    /// the attempt's timeout and what is left of the caller's `deadline`.
+    async fn call<T, F, Fut>(&self, deadline: Option<Instant>, attempt: F) -> Result<T, ClientError>
+    where
+        F: Fn(IdServiceClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let mut last = None;
+        for n in 0..self.attempts {
+            let timeout = match deadline {
+                Some(deadline) => self.timeout.min(deadline.saturating_duration_since(Instant::now())),
+                None => self.timeout,
+            };
+            if timeout.is_zero() {
+                return Err(ClientError::DeadlineExceeded);
+            }
+            let i = self.current.load(Ordering::Relaxed);
+            let status = match tokio::time::timeout(timeout, attempt(self.stubs[i].clone(), timeout)).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded(format!("no answer within the attempt's {timeout:?}")),
+            };
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(ClientError::DeadlineExceeded);
+            }
+            if !fails_over(&status) {
+                return Err(ClientError::Rejected(status));
+            }
+            last = Some(status);
+            // Move on from this endpoint, unless another call already did.
+            let _ =
+                self.current.compare_exchange(i, next_index(i, self.stubs.len()), Ordering::Relaxed, Ordering::Relaxed);
+            if let Some(pause) = backoff(n, self.stubs.len(), self.attempts) {
+                match deadline {
+                    Some(deadline) if Instant::now() + pause >= deadline => {
+                        tokio::time::sleep_until(deadline).await;
+                        return Err(ClientError::DeadlineExceeded);
+                    }
+                    _ => tokio::time::sleep(pause).await,
+                }
+            }
+        }
+        Err(ClientError::Unavailable(last.expect("a call makes at least one attempt")))
+    }
+}
+
+/// The tonic endpoint of `url`.
+fn endpoint(url: &str, settings: &Settings) -> Result<Endpoint, ClientError> {
+    let bad = |message: String| ClientError::Endpoint { endpoint: url.to_string(), message };
+    let full = if url.contains("://") { url.to_string() } else { format!("http://{url}") };
+    let endpoint = Endpoint::from_shared(full.clone()).map_err(|e| bad(e.to_string()))?;
+    if !full.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    #[cfg(feature = "tls")]
+    {
+        let tls = settings.tls.clone().unwrap_or_else(|| tonic::transport::ClientTlsConfig::new().with_native_roots());
+        endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = settings;
+        Err(bad("https:// needs the client's `tls` feature".into()))
+    }
+}
+
+/// Whether another endpoint may succeed where this attempt failed: the server refused
+/// (`UNAVAILABLE`), the attempt's deadline passed (`DEADLINE_EXCEEDED`, from the server or
+/// this client's timer), or the transport failed. A status tonic made here from a failure of
+/// the connection (reset, closed, refused; its own timer's expiry too) carries that failure
+/// as its source; one the server sent carries none, and returns as it is, whatever its code
+/// (`UNKNOWN` and `CANCELLED` included).
+pub(crate) fn fails_over(status: &Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded) || std::error::Error::source(status).is_some()
+}
+
+/// The endpoint after `failed`, round robin over `len`.
+pub(crate) fn next_index(failed: usize, len: usize) -> usize {
+    (failed + 1) % len
+}
+
+/// The pause after failed attempt `n` (from 0) of a call that makes `attempts` over
+/// `endpoints`: none until every endpoint was tried, then 10 ms doubling up to 320 ms, and
+/// none after the last attempt.
+pub(crate) fn backoff(n: usize, endpoints: usize, attempts: usize) -> Option<Duration> {
+    (n + 1 >= endpoints && n + 1 < attempts).then(|| Duration::from_millis(10 << n.min(5)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_endpoint_goes_round_and_round() {
+        // Failing on whichever endpoint is current moves through every one, again and again:
+        // the index stays below the count, so the compare-and-swap never misses.
+        let current = AtomicUsize::new(0);
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let i = current.load(Ordering::Relaxed);
+            seen.push(i);
+            current.compare_exchange(i, next_index(i, 3), Ordering::Relaxed, Ordering::Relaxed).unwrap();
+        }
+        assert_eq!(seen, [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn pauses_come_only_between_rounds_and_never_after_the_last_attempt() {
+        let pauses: Vec<_> = (0..4).map(|n| backoff(n, 2, 4).map(|d| d.as_millis())).collect();
+        assert_eq!(pauses, [None, Some(20), Some(40), None]);
+        let long: Vec<_> = (0..9).map(|n| backoff(n, 1, 9).map(|d| d.as_millis())).collect();
+        assert_eq!(long, [Some(10), Some(20), Some(40), Some(80), Some(160), Some(320), Some(320), Some(320), None]);
+        assert_eq!(backoff(0, 1, 1), None);
+    }
+
+    #[test]
+    fn only_refusals_deadlines_and_transport_failures_fail_over() {
+        assert!(fails_over(&Status::unavailable("refused")));
+        assert!(fails_over(&Status::deadline_exceeded("late")));
+        for sent in [Code::Unknown, Code::Cancelled, Code::InvalidArgument, Code::Internal, Code::ResourceExhausted] {
+            assert!(!fails_over(&Status::new(sent, "from the server")), "{sent:?}");
+        }
+        // What tonic makes of a broken connection: the failure rides along as the source.
+        let broken = Status::from_error(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
+        assert_eq!(broken.code(), Code::Unknown);
+        assert!(fails_over(&broken));
+        let timer = Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert_eq!(timer.code(), Code::Cancelled);
+        assert!(fails_over(&timer));
+    }
+}

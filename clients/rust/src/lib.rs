@@ -1,0 +1,35 @@
+//! A Rust client for snowmint, following the client contract of `clients/README.md`: one or
+//! several endpoints with failover, deadlines per attempt and per call, coalescing of
+//! concurrent `next_id()` calls, and an optional local buffer that prefetches batches in the
+//! background.
+//!
+//! It depends on tonic, prost and tokio only: a service that needs IDs compiles none of the
+//! server.
+//!
+//! - [`client`]: the [`Client`] handle and its builder.
+//! - `endpoints`: which server is current, and when a call moves to the next one.
+//! - `coalesce`: unbuffered `next_id()` callers folded into one `BatchIds`.
+//! - [`buffer`]: the prefetch buffer and its refill tasks.
+//! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), snowmint_client::ClientError> {
+//! use snowmint_client::{BufferConfig, Client};
+//! let client = Client::builder(["http://10.0.0.1:50051", "http://10.0.0.2:50051"])
+//!     .buffer(BufferConfig::default())
+//!     .connect()?;
+//! let id = client.next_id().await?;
+//! let ids = client.batch(100).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod buffer;
+pub mod client;
+mod coalesce;
+mod endpoints;
+pub mod error;
+pub mod proto;
+
+pub use buffer::BufferConfig;
+pub use client::{Client, ClientBuilder};
+pub use error::ClientError;

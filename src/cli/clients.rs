@@ -1,0 +1,54 @@
+//! `snowmint next` and `snowmint batch`: the small clients, one call to a running server
+//! through `snowmint-client`, the IDs printed one a line.
+
+use clap::Args;
+use snowmint_client::{Client, ClientError};
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The server's gRPC URL.
+    #[arg(long, env = "SNOWMINT_ADDR", default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BatchArgs {
+    /// How many IDs.
+    pub count: u32,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Prints one ID; `Err` is the one line to exit with.
+pub async fn next(args: &ClientArgs) -> Result<(), String> {
+    let client = connect(&args.addr)?;
+    let id = client.next_id().await.map_err(|e| failed(&args.addr, &e))?;
+    println!("{id}");
+    Ok(())
+}
+
+/// Prints `count` IDs, one a line; `Err` is the one line to exit with.
+pub async fn batch(args: &BatchArgs) -> Result<(), String> {
+    let client = connect(&args.client.addr)?;
+    let ids = client.batch(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
+    let mut out = String::with_capacity(ids.len() * 20);
+    for id in ids {
+        out.push_str(&id.to_string());
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn connect(addr: &str) -> Result<Client, String> {
+    Client::builder([addr]).connect().map_err(|e| e.to_string())
+}
+
+/// The line for a failed call: the server's own status when it answered one, otherwise
+/// what the attempts ran into.
+fn failed(addr: &str, error: &ClientError) -> String {
+    match error {
+        ClientError::Rejected(status) => format!("{:?}: {}", status.code(), status.message()),
+        error => format!("{addr}: {error}"),
+    }
+}

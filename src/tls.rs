@@ -1,0 +1,91 @@
+//! gRPC and the Connect protocol over TLS on one port: the server's rustls configuration and
+//! the stream of connections that finished their handshake.
+//!
+//! tonic's own TLS offers only `h2` by ALPN, so an HTTP/1.1 client (a Connect call from `curl
+//! --http1.1`, a browser) could not agree on a protocol. Here the server offers `h2` and
+//! `http/1.1`, and the connection serves whichever the client picked (the server tells them
+//! apart by the HTTP/2 preface). Handshakes run concurrently, each bounded in time, so a slow
+//! or silent client holds no other connection up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::{TlsAcceptor, rustls};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::TcpIncoming;
+
+/// The longest a TLS handshake may take.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// The server's TLS configuration from PEM: its certificate chain and key, and with
+/// `client_ca` the CA that client certificates must chain to (mutual TLS). ALPN offers HTTP/2
+/// and HTTP/1.1.
+pub fn server_config(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> Result<Arc<ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca) {
+                roots.add(cert.map_err(|e| format!("client CA: {e}"))?).map_err(|e| format!("client CA: {e}"))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                .build()
+                .map_err(|e| format!("client CA: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let chain =
+        CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>().map_err(|e| format!("certificate: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("key: {e}"))?;
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The connections accepted on `tcp` that completed a TLS handshake with `config`. Accepting
+/// stops, and the listener closes, once the stream is dropped.
+pub fn incoming(
+    mut tcp: TcpIncoming,
+    config: Arc<ServerConfig>,
+) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let acceptor = TlsAcceptor::from(config);
+        loop {
+            let stream = tokio::select! {
+                next = tcp.next() => match next {
+                    Some(Ok(stream)) => stream,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "accept failed");
+                        continue;
+                    }
+                    None => break,
+                },
+                () = tx.closed() => break,
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!("TLS handshake took too long"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}

@@ -1,0 +1,369 @@
+//! The Connect protocol on the gRPC port, driven with `curl` as a person would: the README's
+//! examples exactly as written, against the real binary, JSON and binary, HTTP/1.1 and HTTP/2, plain and over TLS (ALPN
+//! picks the version), every error with the protocol's HTTP status, `Connect-Timeout-Ms`, and
+//! the calls counted under `protocol="connect"`. The official Connect client for Node covers
+//! the same server in `tests/connect/` (run by `scripts/check`).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::tls::TestCa;
+use common::{TestServer, config};
+use prost::Message;
+use snowmint::clock::{Clock, ManualClock, SystemClock};
+use snowmint::proto::{BatchIdsRequest, BatchIdsResponse};
+use snowmint::server::GrpcTls;
+
+/// What `curl` got: the HTTP status, the HTTP version, and the body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    version: String,
+    body: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{self:?} is not JSON: {e}"))
+    }
+
+    /// The Connect error's code, with the status it came with.
+    fn error(&self) -> (u16, String) {
+        (self.status, self.json()["code"].as_str().unwrap_or_default().to_string())
+    }
+}
+
+/// Runs `curl` with `args` (quietly, with a time limit), writing the body to a file so binary
+/// bodies survive: what it got, and the body's bytes.
+fn curl_bytes(args: &[&str]) -> (Answer, Vec<u8>) {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut command = Command::new("curl");
+    command.args(["-s", "-S", "--max-time", "10", "-o"]).arg(out.path()).args(["-w", "%{http_code} %{http_version}"]);
+    command.args(args);
+    let output = common::output_within(command, common::EXIT_LIMIT);
+    assert_eq!(output.code, 0, "curl {args:?}: {}", output.stderr);
+    let (status, version) = output.stdout.trim().split_once(' ').unwrap();
+    let bytes = std::fs::read(out.path()).unwrap();
+    let body = String::from_utf8_lossy(&bytes).into_owned();
+    (Answer { status: status.parse().unwrap(), version: version.to_string(), body }, bytes)
+}
+
+fn curl(args: &[&str]) -> Answer {
+    curl_bytes(args).0
+}
+
+/// A JSON POST of `body` to `method` on the plain-text server at `addr`, over HTTP/1.1.
+fn post(addr: SocketAddr, method: &str, body: &str, extra: &[&str]) -> Answer {
+    let url = format!("http://{addr}/snowmint.v1.IdService/{method}");
+    let args: Vec<&str> =
+        ["-H", "Content-Type: application/json", "-d", body].iter().copied().chain(extra.iter().copied()).collect();
+    curl(&[args.as_slice(), &[url.as_str()]].concat())
+}
+
+async fn server() -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    (TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await, dir)
+}
+
+/// A server on a clock that stands still: 4,096 IDs, then every call waits for a tick that
+/// does not come unless the test moves the clock.
+async fn frozen() -> (TestServer, ManualClock, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    config.max_outstanding_ids = 100_000;
+    config.max_wait = Duration::from_secs(5);
+    (TestServer::start(config, Arc::new(clock.clone())).await, clock, dir)
+}
+
+/// `curl` blocking this test's runtime no longer than one call: run it on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+/// Whether `line` (an answer the README shows) matches `got`, where each `…` stands for an ID
+/// (decimal digits).
+fn matches_shown(shown: &str, got: &str) -> bool {
+    let mut rest = got;
+    let mut parts = shown.split('…');
+    let first = parts.next().unwrap();
+    let Some(after) = rest.strip_prefix(first) else { return false };
+    rest = after;
+    for part in parts {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return false;
+        }
+        let Some(after) = rest[digits..].strip_prefix(part) else { return false };
+        rest = after;
+    }
+    rest.is_empty()
+}
+
+/// Every `curl` line of the README's Connect examples, run exactly as written but for the
+/// server's address, answers what the `# ` line under it shows, from the real binary as an
+/// operator starts it.
+#[tokio::test]
+async fn the_readme_curl_examples_answer_as_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let marker = "<!-- connect examples: run by tests/connect.rs -->\n```sh\n";
+    let start = readme.find(marker).expect("the README has the Connect examples") + marker.len();
+    let block = &readme[start..start + readme[start..].find("```\n").unwrap()];
+    let lines: Vec<&str> = block.lines().collect();
+    let mut ran = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if !line.starts_with("curl ") {
+            continue;
+        }
+        let shown =
+            lines.get(i + 1).and_then(|l| l.strip_prefix("# ")).unwrap_or_else(|| panic!("no answer under {line}"));
+        assert!(line.contains("http://127.0.0.1:50051/"), "{line}");
+        let command = line.replace("127.0.0.1:50051", &server.grpc.to_string());
+        let got = blocking(move || {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", &command]);
+            common::output_within(sh, common::EXIT_LIMIT)
+        })
+        .await;
+        assert_eq!(got.code, 0, "{line}: {}", got.stderr);
+        assert!(matches_shown(shown, got.stdout.trim_end()), "{line}\nshows {shown}\n got  {}", got.stdout);
+        ran += 1;
+    }
+    let first = r#"curl -H 'Content-Type: application/json' -d '{"count":3}' http://127.0.0.1:50051/snowmint.v1.IdService/BatchIds"#;
+    assert!(block.starts_with(&format!("{first}\n# {{\"ids\":[\"…\",\"…\",\"…\"]}}\n")), "{block}");
+    assert!(ran >= 4, "{ran} examples");
+    server.signal("TERM");
+    assert!(server.wait(common::EXIT_LIMIT).await.success());
+}
+
+#[test]
+fn shown_answers_match_ids_in_place_of_ellipses() {
+    assert!(matches_shown(r#"{"ids":["…","…"]}"#, r#"{"ids":["12","345"]}"#));
+    assert!(!matches_shown(r#"{"ids":["…","…"]}"#, r#"{"ids":["12"]}"#));
+    assert!(!matches_shown(r#"{"id":"…"}"#, r#"{"id":""}"#));
+    assert!(matches_shown("exact", "exact"));
+    assert!(!matches_shown("exact", "exactly"));
+}
+
+/// JSON and binary, over HTTP/1.1 and HTTP/2 with prior knowledge, on the port gRPC uses.
+#[tokio::test]
+async fn json_and_binary_over_http1_and_http2() {
+    let (server, _dir) = server().await;
+    let url = format!("http://{}/snowmint.v1.IdService/BatchIds", server.grpc);
+    for version in ["--http1.1", "--http2-prior-knowledge"] {
+        let json = blocking({
+            let url = url.clone();
+            move || curl(&[version, "-H", "Content-Type: application/json", "-d", r#"{"count":3}"#, &url])
+        })
+        .await;
+        assert_eq!(json.status, 200, "{json:?}");
+        assert_eq!(json.version, if version == "--http1.1" { "1.1" } else { "2" });
+        let ids = json.json()["ids"].as_array().unwrap().clone();
+        assert_eq!(ids.len(), 3);
+        assert!(ids.iter().all(|id| id.as_str().unwrap().parse::<u64>().is_ok()), "{ids:?}");
+
+        let request = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(request.path(), BatchIdsRequest { count: 5 }.encode_to_vec()).unwrap();
+        let data = format!("@{}", request.path().display());
+        let (answer, bytes) = blocking({
+            let url = url.clone();
+            move || curl_bytes(&[version, "-H", "Content-Type: application/proto", "--data-binary", &data, &url])
+        })
+        .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let ids = BatchIdsResponse::decode(bytes.as_slice()).unwrap().ids;
+        assert_eq!(ids.len(), 5);
+        common::assert_increasing(&ids);
+    }
+    server.stop().await;
+}
+
+/// Over TLS the server offers both HTTP/2 and HTTP/1.1 by ALPN, and a client that speaks only
+/// one of them gets it; with mutual TLS, only clients with a certificate from the CA.
+#[tokio::test]
+async fn over_tls_alpn_picks_http2_or_http1() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "ca");
+    let cert = ca.issue("snowmint-server");
+    for mutual in [false, true] {
+        let mut config = config(&dir.path().join(format!("state-{mutual}")));
+        config.tls =
+            Some(GrpcTls { cert: cert.cert.clone(), key: cert.key.clone(), client_ca: mutual.then(|| ca.ca.clone()) });
+        let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+        let url = format!("https://{}/snowmint.v1.IdService/NextId", server.grpc);
+        let client = ca.issue("client");
+        for version in ["--http1.1", "--http2"] {
+            let mut args = vec![version.to_string(), "--cacert".into(), path(&ca.ca)];
+            if mutual {
+                args.extend(["--cert".into(), path(&client.cert), "--key".into(), path(&client.key)]);
+            }
+            args.extend(["-H".into(), "Content-Type: application/json".into(), "-d".into(), "{}".into(), url.clone()]);
+            let answer = blocking(move || curl(&args.iter().map(String::as_str).collect::<Vec<_>>())).await;
+            assert_eq!(answer.status, 200, "{version}: {answer:?}");
+            assert_eq!(answer.version, if version == "--http1.1" { "1.1" } else { "2" });
+            assert!(answer.json()["id"].as_str().unwrap().parse::<u64>().is_ok(), "{answer:?}");
+        }
+        if mutual {
+            // Without a client certificate: no answer at all.
+            let args = ["--cacert".to_string(), path(&ca.ca), "-d".into(), "{}".into(), url.clone()];
+            let output = blocking(move || {
+                let mut command = Command::new("curl");
+                command.args(["-s", "--max-time", "10", "-H", "Content-Type: application/json"]).args(args);
+                common::output_within(command, common::EXIT_LIMIT)
+            })
+            .await;
+            assert_ne!(output.code, 0, "a client without a certificate got {}", output.stdout);
+        }
+        server.stop().await;
+    }
+}
+
+fn path(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Every error the Connect side answers, each with the protocol's HTTP status for its code,
+/// and a JSON body naming the code.
+#[tokio::test]
+async fn errors_have_the_protocols_http_statuses() {
+    let (server, _dir) = server().await;
+    let addr = server.grpc;
+    let checks = blocking(move || {
+        let url = format!("http://{addr}/snowmint.v1.IdService/NextId");
+        let huge = format!(r#"{{"id":"1","layout":"{}"}}"#, "x".repeat(20_000));
+        vec![
+            ("count 0", post(addr, "BatchIds", r#"{"count":0}"#, &[]).error()),
+            ("not JSON", post(addr, "BatchIds", "{count", &[]).error()),
+            ("wrong type", post(addr, "BatchIds", r#"{"count":"many"}"#, &[]).error()),
+            ("unknown layout", post(addr, "Decode", r#"{"id":"1","layout":"nope"}"#, &[]).error()),
+            ("too large", post(addr, "Decode", &huge, &[]).error()),
+            ("unknown method", post(addr, "Mint", "{}", &[]).error()),
+            ("compressed", post(addr, "NextId", "{}", &["-H", "Content-Encoding: gzip"]).error()),
+            ("bad timeout", post(addr, "NextId", "{}", &["-H", "Connect-Timeout-Ms: soon"]).error()),
+            ("bad version", post(addr, "NextId", "{}", &["-H", "Connect-Protocol-Version: 2"]).error()),
+            ("text", curl(&["-H", "Content-Type: text/plain", "-d", "{}", &url]).error()),
+            ("GET", curl(&[&url]).error()),
+        ]
+    })
+    .await;
+    let expected = [
+        ("count 0", 400, "invalid_argument"),
+        ("not JSON", 400, "invalid_argument"),
+        ("wrong type", 400, "invalid_argument"),
+        ("unknown layout", 400, "invalid_argument"),
+        ("too large", 400, "out_of_range"),
+        ("unknown method", 501, "unimplemented"),
+        ("compressed", 501, "unimplemented"),
+        ("bad timeout", 400, "invalid_argument"),
+        ("bad version", 400, "invalid_argument"),
+        ("text", 415, "unimplemented"),
+        ("GET", 405, "unimplemented"),
+    ];
+    for ((what, got), (name, status, code)) in checks.into_iter().zip(expected) {
+        assert_eq!(what, name);
+        assert_eq!(got, (status, code.to_string()), "{what}");
+    }
+    // Still serving.
+    assert_eq!(blocking(move || post(addr, "NextId", "{}", &[])).await.status, 200);
+    let counted = r#"snowmint_requests_total{code="InvalidArgument",method="BatchIds",protocol="connect"}"#;
+    assert_eq!(server.metric(counted).await, 3.0);
+    let other = r#"snowmint_requests_total{code="Unimplemented",method="other",protocol="connect"}"#;
+    assert_eq!(server.metric(other).await, 1.0);
+    server.stop().await;
+}
+
+/// A refusal is `unavailable` (503), a server over its outstanding IDs `resource_exhausted`
+/// (429), as gRPC's UNAVAILABLE and RESOURCE_EXHAUSTED.
+#[tokio::test]
+async fn refusals_are_unavailable_and_overload_is_resource_exhausted() {
+    let (server, clock, _dir) = frozen().await;
+    let addr = server.grpc;
+    // The clock stands still: the first batch waits for ticks, holding 65,536 of the 100,000.
+    let first = tokio::task::spawn_blocking(move || post(addr, "BatchIds", r#"{"count":65536}"#, &[]));
+    let queued = r#"snowmint_requests_total{code="OK",method="BatchIds",protocol="connect"}"#;
+    let start = Instant::now();
+    while server.metric("snowmint_sequence_exhausted_total").await < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "the first batch never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = blocking(move || post(addr, "BatchIds", r#"{"count":65536}"#, &[])).await;
+    assert_eq!(second.error(), (429, "resource_exhausted".to_string()), "{second:?}");
+    for _ in 0..40 {
+        if first.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(server.metric(queued).await, 1.0);
+
+    // The clock steps back 10 s: minting refuses, retriable.
+    clock.step_wall(-10_000);
+    let refused = blocking(move || post(addr, "NextId", "{}", &[])).await;
+    assert_eq!(refused.error(), (503, "unavailable".to_string()), "{refused:?}");
+    assert!(refused.json()["message"].as_str().unwrap().contains("clock"), "{refused:?}");
+    server.stop().await;
+}
+
+/// `Connect-Timeout-Ms` bounds a call: one that cannot be served in time is refused before
+/// the deadline (`unavailable`), and a request whose body never arrives in full ends at the
+/// deadline (`deadline_exceeded`, 504).
+#[tokio::test]
+async fn connect_timeout_ms_bounds_every_call() {
+    let (server, clock, _dir) = frozen().await;
+    let addr = server.grpc;
+    blocking(move || post(addr, "NextId", "{}", &[])).await;
+    clock.step_wall(-5); // waited out, but the clock never comes back in this test
+    let start = Instant::now();
+    let answer = blocking(move || post(addr, "NextId", "{}", &["-H", "Connect-Timeout-Ms: 150"])).await;
+    let took = start.elapsed();
+    assert_eq!(answer.error(), (503, "unavailable".to_string()), "{answer:?}");
+    assert!(answer.json()["message"].as_str().unwrap().contains("deadline"), "{answer:?}");
+    assert!(took >= Duration::from_millis(100) && took < Duration::from_millis(1000), "{took:?}");
+
+    // Headers, then a body that stops half way.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let start = Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = "POST /snowmint.v1.IdService/NextId HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnect-Timeout-Ms: 200\r\nContent-Length: 10\r\n\r\n{";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = vec![0; 4096];
+    let n = tokio::time::timeout(common::CALL_LIMIT, stream.read(&mut response)).await.unwrap().unwrap();
+    let response = String::from_utf8_lossy(&response[..n]);
+    assert!(response.starts_with("HTTP/1.1 504"), "{response}");
+    assert!(response.contains(r#""code":"deadline_exceeded""#), "{response}");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(150) && took < Duration::from_millis(1000), "{took:?}");
+    server.stop().await;
+}
+
+/// Small Connect calls on one HTTP/1.1 connection do not wait for Nagle's algorithm: every
+/// accepted socket has TCP_NODELAY, whichever protocol it speaks.
+#[tokio::test]
+async fn calls_on_one_connection_do_not_wait_for_nagle() {
+    let (server, _dir) = server().await;
+    let url = format!("http://{}/snowmint.v1.IdService/NextId", server.grpc);
+    let start = Instant::now();
+    let answer = blocking(move || {
+        let mut args = vec!["--http1.1", "-H", "Content-Type: application/json", "-d", "{}"];
+        args.extend(std::iter::repeat_n(url.as_str(), 20));
+        curl(&args)
+    })
+    .await;
+    let took = start.elapsed();
+    assert_eq!(answer.status, 200);
+    // Twenty calls waiting for delayed ACKs would take 800 ms.
+    assert!(took < Duration::from_millis(400), "20 calls on one connection took {took:?}");
+    let counted = r#"snowmint_requests_total{code="OK",method="NextId",protocol="connect"}"#;
+    assert_eq!(server.metric(counted).await, 20.0);
+    server.stop().await;
+}
