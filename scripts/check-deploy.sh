@@ -197,6 +197,7 @@ GAUGES = [
     "snowmint_lease_valid", "snowmint_minting", "snowmint_worker_id",
     "snowmint_reservation_headroom_seconds",
     "snowmint_layout_expiry_timestamp_seconds", "snowmint_build_info",
+    "snowmint_fleet_slots_in_use", "snowmint_fleet_slots",
 ]
 HISTOGRAMS = [
     "snowmint_request_duration_seconds", "snowmint_batch_size",
