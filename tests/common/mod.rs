@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod claims;
 pub mod etcd;
 pub mod fleet;
 pub mod tls;
