@@ -25,6 +25,7 @@ pub mod calls;
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod connections;
 pub mod defects;
 pub mod generator;
 pub mod grant;

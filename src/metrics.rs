@@ -73,6 +73,10 @@ pub struct Metrics {
     pub layout_expiry_timestamp_seconds: Gauge,
     pub fleet_slots_in_use: IntGauge,
     pub fleet_slots: IntGauge,
+    /// gRPC connections open now (under `--max-connections`).
+    pub connections_open: IntGauge,
+    /// gRPC connections closed on arrival because `--max-connections` were open.
+    pub connections_refused: IntCounter,
     pub build_info: IntGaugeVec,
 }
 
@@ -168,6 +172,12 @@ impl Metrics {
         .unwrap();
         let fleet_slots =
             IntGauge::new("snowmint_fleet_slots", "Worker slots the layout allows (2^worker_bits).").unwrap();
+        let connections_open = IntGauge::new("snowmint_connections_open", "gRPC client connections open now.").unwrap();
+        let connections_refused = IntCounter::new(
+            "snowmint_connections_refused_total",
+            "gRPC client connections closed on arrival because --max-connections were open.",
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -195,6 +205,8 @@ impl Metrics {
             layout_expiry_timestamp_seconds,
             fleet_slots_in_use,
             fleet_slots,
+            connections_open,
+            connections_refused,
             build_info,
         };
         metrics.register_all();
@@ -223,6 +235,8 @@ impl Metrics {
             Box::new(self.layout_expiry_timestamp_seconds.clone()),
             Box::new(self.fleet_slots_in_use.clone()),
             Box::new(self.fleet_slots.clone()),
+            Box::new(self.connections_open.clone()),
+            Box::new(self.connections_refused.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
