@@ -87,6 +87,10 @@ fn rss_kib(pid: i32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
 /// `active` connections calling NextId back to back for `secs`: (calls/s, p50, p99).
 async fn load(addr: SocketAddr, active: usize, secs: u64) -> (f64, Duration, Duration) {
     let mut channels = Vec::new();
@@ -142,7 +146,7 @@ async fn connection_table() {
     eprintln!("| connections | RSS | calls/s | p50 | p99 |");
     eprintln!("|---|---|---|---|---|");
     let (rate, p50, p99) = load(server.grpc, 64, secs).await;
-    eprintln!("| 64 active | {} MiB | {rate:.0} | {p50:?} | {p99:?} |", rss_kib(pid) / 1024);
+    eprintln!("| 64 active | {} MiB | {rate:.0} | {} | {} |", rss_kib(pid) / 1024, ms(p50), ms(p99));
     let before_idle = rss_kib(pid);
     let mut idle_channels = Vec::new();
     for _ in 0..idle {
@@ -157,7 +161,12 @@ async fn connection_table() {
         rss_start / 1024
     );
     let (rate, p50, p99) = load(server.grpc, active, secs).await;
-    eprintln!("| {idle} idle + {active} active | {} MiB | {rate:.0} | {p50:?} | {p99:?} |", rss_kib(pid) / 1024);
+    eprintln!(
+        "| {idle} idle + {active} active | {} MiB | {rate:.0} | {} | {} |",
+        rss_kib(pid) / 1024,
+        ms(p50),
+        ms(p99)
+    );
     drop(idle_channels);
     server.signal("TERM");
     let mut server = server;
