@@ -199,6 +199,7 @@ GAUGES = [
     "snowmint_layout_expiry_timestamp_seconds", "snowmint_build_info",
     "snowmint_clock_drift_seconds", "snowmint_clock_drift_bound_seconds",
     "snowmint_fleet_clock_skew_seconds",
+    "snowmint_fleet_slots_in_use", "snowmint_fleet_slots",
 ]
 HISTOGRAMS = [
     "snowmint_request_duration_seconds", "snowmint_batch_size",

@@ -27,6 +27,7 @@ pub mod calls;
 pub mod clock;
 pub mod clock_filter;
 pub mod connect;
+pub mod connections;
 pub mod defects;
 pub mod generator;
 pub mod grant;

@@ -86,6 +86,10 @@ pub struct Metrics {
     pub fleet_slots_in_use: IntGauge,
     pub fleet_slots: IntGauge,
     pub fleet_clock_skew: Gauge,
+    /// gRPC connections open now (under `--max-connections`).
+    pub connections_open: IntGauge,
+    /// gRPC connections closed on arrival because `--max-connections` were open.
+    pub connections_refused: IntCounter,
     pub build_info: IntGaugeVec,
 }
 
@@ -212,6 +216,12 @@ impl Metrics {
             "This instance's wall clock minus the median of other instances' clocks (etcd mode), as last sampled.",
         )
         .unwrap();
+        let connections_open = IntGauge::new("snowmint_connections_open", "gRPC client connections open now.").unwrap();
+        let connections_refused = IntCounter::new(
+            "snowmint_connections_refused_total",
+            "gRPC client connections closed on arrival because --max-connections were open.",
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -244,6 +254,8 @@ impl Metrics {
             fleet_slots_in_use,
             fleet_slots,
             fleet_clock_skew,
+            connections_open,
+            connections_refused,
             build_info,
         };
         metrics.register_all();
@@ -277,6 +289,8 @@ impl Metrics {
             Box::new(self.fleet_slots_in_use.clone()),
             Box::new(self.fleet_slots.clone()),
             Box::new(self.fleet_clock_skew.clone()),
+            Box::new(self.connections_open.clone()),
+            Box::new(self.connections_refused.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {

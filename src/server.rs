@@ -82,11 +82,30 @@ pub struct Limits {
     pub max_request_bytes: usize,
     /// The longest any call may take, of any service.
     pub request_timeout: Duration,
+    /// gRPC connections open at once; more are closed on arrival.
+    pub max_connections: usize,
+    /// How often an HTTP/2 ping goes to a connection, and how long its answer may take
+    /// before the connection is closed: a peer gone without a word (a killed pod, a
+    /// partition) frees its connection.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    /// Past this age a connection is told to go away (GOAWAY; its calls in flight finish
+    /// within `max_connection_age_grace`), idle or not: clients reconnect and spread over
+    /// the instances again, and no connection holds its place under the cap forever.
+    pub max_connection_age: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_concurrent_streams: 1024, max_request_bytes: 16 * 1024, request_timeout: Duration::from_secs(10) }
+        Limits {
+            max_concurrent_streams: 1024,
+            max_request_bytes: 16 * 1024,
+            request_timeout: Duration::from_secs(10),
+            max_connections: 16_384,
+            keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
+            max_connection_age: Duration::from_secs(30 * 60),
+        }
     }
 }
 
@@ -286,13 +305,22 @@ pub async fn run(
     };
     let service = Arc::new(Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone()));
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
-    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
     // HTTP/1.1 as well as HTTP/2, for the Connect protocol: each connection is served as the
     // HTTP/2 preface (or, with TLS, ALPN) says.
+    crate::connections::raise_open_files(config.limits.max_connections);
+    let incoming = crate::connections::limit(
+        TcpIncoming::from(grpc).with_nodelay(Some(true)),
+        config.limits.max_connections,
+        &metrics,
+    );
     let mut builder = tonic::transport::Server::builder()
         .accept_http1(true)
         .max_concurrent_streams(config.limits.max_concurrent_streams)
-        .timeout(config.limits.request_timeout);
+        .timeout(config.limits.request_timeout)
+        .http2_keepalive_interval(Some(config.limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(config.limits.keepalive_timeout))
+        .max_connection_age(config.limits.max_connection_age)
+        .max_connection_age_grace(config.limits.request_timeout);
     // Counted from outside, so that calls refused before a handler runs are counted too.
     let grpc_ids = Counted::new(
         IdServiceServer::from_arc(service.clone()).max_decoding_message_size(config.limits.max_request_bytes),

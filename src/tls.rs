@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -18,9 +18,8 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::{TlsAcceptor, rustls};
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::TcpIncoming;
+use tokio_stream::{Stream, StreamExt};
 
 /// The longest a TLS handshake may take.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
@@ -56,10 +55,12 @@ pub fn server_config(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> Resul
 
 /// The connections accepted on `tcp` that completed a TLS handshake with `config`. Accepting
 /// stops, and the listener closes, once the stream is dropped.
-pub fn incoming(
-    mut tcp: TcpIncoming,
-    config: Arc<ServerConfig>,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+pub fn incoming<S, C>(tcp: S, config: Arc<ServerConfig>) -> ReceiverStream<Result<TlsStream<C>, std::io::Error>>
+where
+    S: Stream<Item = std::io::Result<C>> + Send + 'static,
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut tcp = Box::pin(tcp);
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let acceptor = TlsAcceptor::from(config);

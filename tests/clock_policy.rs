@@ -190,7 +190,10 @@ async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
     assert!(next > ids[9_999]);
     assert_eq!(layout.tick_start_ms(layout.unpack(next).tick), clock.wall_ms());
     assert_eq!(server.metric("snowmint_clock_drift_seconds").await, 0.0);
-    assert_eq!(server.metric(r#"snowmint_requests_total{code="Unavailable",method="BatchIds"}"#).await, 0.0);
+    assert_eq!(
+        server.metric(r#"snowmint_requests_total{code="Unavailable",method="BatchIds",protocol="grpc"}"#).await,
+        0.0
+    );
     server.stop().await;
 }
 

@@ -102,3 +102,11 @@ pub fn parse_ms(text: &str) -> Result<Duration, String> {
     let ms: u64 = text.parse().map_err(|e| format!("not a number of milliseconds ({e})"))?;
     Ok(Duration::from_millis(ms))
 }
+
+/// A flag's number of milliseconds, where 0 means nothing sensible (a keep-alive every 0 ms).
+pub fn parse_nonzero_ms(text: &str) -> Result<Duration, String> {
+    match parse_ms(text)? {
+        Duration::ZERO => Err("must be at least 1 ms".into()),
+        d => Ok(d),
+    }
+}

@@ -16,7 +16,7 @@ use snowmint::store::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
 use snowmint::store::file::StandaloneConfig;
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{LayoutArgs, parse_ms};
+use super::flags::{LayoutArgs, parse_ms, parse_nonzero_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -169,6 +169,21 @@ pub struct ServeArgs {
     /// The longest any call may take, gRPC or Connect, in ms.
     #[arg(long, env = "SNOWMINT_REQUEST_TIMEOUT_MS", default_value = "10000", value_parser = parse_ms)]
     pub request_timeout_ms: Duration,
+    /// gRPC client connections open at once; past it a new connection is closed on arrival
+    /// (the open files limit is raised to its hard limit at start to make room).
+    #[arg(long, env = "SNOWMINT_MAX_CONNECTIONS", default_value_t = 16_384,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// How often an HTTP/2 ping checks each connection's peer, in ms.
+    #[arg(long, env = "SNOWMINT_KEEPALIVE_INTERVAL_MS", default_value = "60000", value_parser = parse_nonzero_ms)]
+    pub keepalive_interval_ms: Duration,
+    /// How long a ping's answer may take before its connection is closed, in ms.
+    #[arg(long, env = "SNOWMINT_KEEPALIVE_TIMEOUT_MS", default_value = "20000", value_parser = parse_nonzero_ms)]
+    pub keepalive_timeout_ms: Duration,
+    /// The age, in ms, past which a connection (idle or busy) is asked to go away (GOAWAY);
+    /// its calls in flight get --request-timeout-ms to finish.
+    #[arg(long, env = "SNOWMINT_MAX_CONNECTION_AGE_MS", default_value = "1800000", value_parser = parse_nonzero_ms)]
+    pub max_connection_age_ms: Duration,
     /// Threads serving gRPC; 0 for one per CPU core. The minter is one task whatever this
     /// is; more threads spread the HTTP/2 work of many connections, and 1 runs everything on
     /// one thread with tokio's single-threaded scheduler.
@@ -275,6 +290,10 @@ impl ServeArgs {
                 max_concurrent_streams: self.max_concurrent_streams,
                 max_request_bytes: self.max_request_bytes as usize,
                 request_timeout: self.request_timeout_ms,
+                max_connections: self.max_connections as usize,
+                keepalive_interval: self.keepalive_interval_ms,
+                keepalive_timeout: self.keepalive_timeout_ms,
+                max_connection_age: self.max_connection_age_ms,
             },
         })
     }

@@ -263,6 +263,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How soon a failed renewal is tried again.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
+/// The most a lost claim waits before listing again: a lost claim is a race with another
+/// instance, not a failing store, so it waits a little and at random, not a backoff.
+const CLAIM_JITTER_MS: u64 = 50;
 /// How often the fleet's slots in use are counted (a count-only read: cheap even for a
 /// fleet of a thousand instances, about 30 reads a second in all).
 const COUNT_EVERY: Duration = Duration::from_secs(30);
@@ -442,7 +445,7 @@ impl Keeper {
                 self.events.push_back(Event::SlotsListed { taken: taken as usize, slots: self.slot_count() });
             }
             (Request::SampleClocks { .. }, Reply::PeerClocks(clocks)) => self.sampled(now, clocks),
-            (Request::Claim { slot, session }, Reply::Claimed { won, .. }) => self.claimed(session, slot, won),
+            (Request::Claim { slot, session }, Reply::Claimed { won, .. }) => self.claimed(now, session, slot, won),
             (Request::ReadReservations { .. }, Reply::Reservations(reads)) => self.read(reads),
             (Request::WriteReservations { writes, .. }, Reply::Written(versions)) => {
                 self.written(now, writes, versions)
@@ -876,7 +879,7 @@ impl Keeper {
         self.slots.sort_by_key(|s| s.id);
     }
 
-    fn claimed(&mut self, session: SessionId, slot: u32, won: bool) {
+    fn claimed(&mut self, now: Now, session: SessionId, slot: u32, won: bool) {
         if self.session.as_ref().is_none_or(|s| s.id != session) {
             return;
         }
@@ -885,9 +888,14 @@ impl Keeper {
             if !self.slots.iter().any(|s| s.id == slot) {
                 self.adopt(slot);
             }
-        } else if let Some(listing) = &mut self.listing {
-            // Someone else was faster: the slot is taken; pick another.
-            listing.taken.insert(slot);
+        } else {
+            // Someone else was faster. The listing is as old as this instance's start, and
+            // instances starting together took many slots since: picking again from it, a
+            // late starter of a full fleet tries hundreds of taken slots one by one. List
+            // again (one keys-only read) and pick among the slots free now, after a short
+            // random pause so that the losers of one race do not meet again in the next.
+            self.listing = None;
+            self.retry_at = Some(now.boot + Duration::from_millis(self.random() % (CLAIM_JITTER_MS + 1)));
         }
     }
 

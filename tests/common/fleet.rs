@@ -51,6 +51,9 @@ pub struct Node {
     pub name: String,
     pub mode: Mode,
     extra: Vec<String>,
+    /// The kernel hostname the process sees (as a pod's, `snowmint-3`), set in a UTS
+    /// namespace of its own; `None`: this host's.
+    hostname: Option<String>,
     clock_file: PathBuf,
     pub process: Option<Process>,
     live: Option<LiveHammer>,
@@ -66,6 +69,7 @@ impl Node {
             name: name.to_string(),
             mode,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            hostname: None,
             clock_file,
             process: None,
             live: None,
@@ -73,8 +77,24 @@ impl Node {
         }
     }
 
+    /// Runs the process with `hostname` as its kernel hostname, as a StatefulSet pod sees
+    /// its own name. Needs UTS namespaces ([`can_set_hostname`]).
+    pub fn with_hostname(mut self, hostname: &str) -> Node {
+        self.hostname = Some(hostname.to_string());
+        self
+    }
+
     fn command(&self) -> Command {
-        let mut command = Command::new(binary());
+        let mut command = match &self.hostname {
+            None => Command::new(binary()),
+            Some(hostname) => {
+                // unshare and sh exec in turn, so the child's pid is snowmint's own.
+                let mut command = Command::new("unshare");
+                command.args(["--uts", "--", "sh", "-c", "hostname \"$0\" && exec \"$@\"", hostname]);
+                command.arg(binary());
+                command
+            }
+        };
         command
             .env("LD_PRELOAD", libfaketime())
             .env("FAKETIME_TIMESTAMP_FILE", &self.clock_file)
@@ -197,6 +217,17 @@ impl Node {
     pub fn live_ids(&self) -> Vec<u64> {
         self.live.as_ref().map(|l| l.2.lock().unwrap().ids.clone()).unwrap_or_default()
     }
+}
+
+/// Whether this process may give a child a hostname of its own (a UTS namespace: root, or
+/// a user namespace allowed to).
+pub fn can_set_hostname() -> bool {
+    Command::new("unshare")
+        .args(["--uts", "--", "sh", "-c", "hostname snowmint-probe"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// What one fault did.

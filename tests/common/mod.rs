@@ -8,8 +8,10 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod claims;
 pub mod etcd;
 pub mod fleet;
+pub mod netns;
 pub mod tls;
 
 use std::io::{BufRead, BufReader};
@@ -226,10 +228,14 @@ impl Process {
     pub fn serve_with(mut command: Command, args: &[&str]) -> Process {
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .args(args);
+        Process::listening(command)
+    }
+
+    /// Starts `command`, a complete `snowmint serve --log-format json ...`, and waits until
+    /// it listens.
+    pub fn listening(mut command: Command) -> Process {
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = Child::spawn(command).expect("spawn snowmint");
         let stderr = child.stderr().unwrap();
         let (tx, logs) = mpsc::channel();
