@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
 use crate::metrics::Metrics;
-use crate::minter::{MintError, MintHandle};
+use crate::minter::{ConnectionKey, MintError, MintHandle};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse};
 
@@ -45,6 +45,12 @@ fn timeout_of<T>(request: &Request<T>) -> Option<Duration> {
     let timeout = parse_grpc_timeout(value)?;
     let margin = (timeout / 10).min(Duration::from_millis(20));
     Some(timeout - margin)
+}
+
+/// Whose share of the minter a call takes: its connection, told apart by the peer address
+/// (with or without TLS). Another protocol on the same port can key its calls the same way.
+fn connection_of<T>(request: &Request<T>) -> ConnectionKey {
+    ConnectionKey::of_peer(request.remote_addr())
 }
 
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
@@ -104,19 +110,20 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 #[tonic::async_trait]
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        let result = self.minter.next_id(timeout_of(&request)).await;
+        let result = self.minter.next_id(connection_of(&request), timeout_of(&request)).await;
         respond(result.map(|id| NextIdResponse { id }).map_err(ServiceError::from))
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
         let timeout = timeout_of(&request);
+        let connection = connection_of(&request);
         let count = request.into_inner().count;
         let result = if count == 0 || count > self.max_batch {
             Err(ServiceError::BadCount { got: count, max: self.max_batch })
         } else {
             self.metrics.batch_size.observe(f64::from(count));
             self.minter
-                .batch(count as usize, timeout)
+                .batch(count as usize, connection, timeout)
                 .await
                 .map(|ids| BatchIdsResponse { ids })
                 .map_err(ServiceError::from)

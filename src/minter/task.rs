@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Ask, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use super::core::{Ask, ConnectionKey, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use super::error::{MintError, Readiness};
 use crate::clock::Clock;
 use crate::grant::{Holding, Minted};
@@ -58,23 +58,29 @@ impl Drop for Outstanding<'_> {
 }
 
 impl MintHandle {
-    /// One ID, waiting at most `timeout` (capped by the configured maximum wait).
-    pub async fn next_id(&self, timeout: Option<Duration>) -> Result<u64, MintError> {
-        match self.ask(Ask::One, timeout).await? {
+    /// One ID for a caller on `connection` (whose requests share in turn with other
+    /// connections'), waiting at most `timeout` (capped by the configured maximum wait).
+    pub async fn next_id(&self, connection: ConnectionKey, timeout: Option<Duration>) -> Result<u64, MintError> {
+        match self.ask(Ask::One, connection, timeout).await? {
             Ids::One(id) => Ok(id),
             Ids::Many(mut ids) => ids.pop().ok_or(MintError::ShuttingDown),
         }
     }
 
-    /// `count` strictly increasing IDs.
-    pub async fn batch(&self, count: usize, timeout: Option<Duration>) -> Result<Vec<u64>, MintError> {
-        match self.ask(Ask::Many(count), timeout).await? {
+    /// `count` strictly increasing IDs, for a caller on `connection`.
+    pub async fn batch(
+        &self,
+        count: usize,
+        connection: ConnectionKey,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u64>, MintError> {
+        match self.ask(Ask::Many(count), connection, timeout).await? {
             Ids::Many(ids) => Ok(ids),
             Ids::One(id) => Ok(vec![id]),
         }
     }
 
-    async fn ask(&self, ask: Ask, timeout: Option<Duration>) -> Result<Ids, MintError> {
+    async fn ask(&self, ask: Ask, connection: ConnectionKey, timeout: Option<Duration>) -> Result<Ids, MintError> {
         let ids = match ask {
             Ask::One => 1,
             Ask::Many(n) => n,
@@ -85,9 +91,10 @@ impl MintHandle {
             return Err(MintError::Overloaded { outstanding: before, limit: self.max_outstanding });
         }
         let wait = timeout.map_or(self.max_wait, |t| t.min(self.max_wait));
-        let deadline = self.clock.monotonic() + wait;
+        let asked = self.clock.monotonic();
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Pending::new(ask, deadline, reply)).await.map_err(|_| MintError::ShuttingDown)?;
+        let request = Pending::new(ask, connection, asked, asked + wait, reply);
+        self.tx.send(request).await.map_err(|_| MintError::ShuttingDown)?;
         rx.await.map_err(|_| MintError::ShuttingDown)?
     }
 }

@@ -24,7 +24,7 @@ use crate::keeper::{Event, Keeper, KeeperConfig, Now, SlotPolicy};
 use crate::layout::Layout;
 use crate::metrics::Metrics;
 use crate::minter::task::PROGRESS_EVERY_MS;
-use crate::minter::{Ask, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use crate::minter::{Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use crate::store::{Outcome, Reply, Request, SessionId};
 
 /// Unix µs at simulated time zero: well after the layout's epoch.
@@ -622,6 +622,7 @@ impl World {
                 max_clock_back: Duration::from_millis(params.max_clock_back_ms),
                 max_clock_drift: params.max_clock_drift,
                 max_wait: Duration::from_secs(1),
+                fair_quantum: crate::minter::FAIR_QUANTUM,
             },
             self.metrics.clone(),
         )
@@ -796,16 +797,19 @@ impl World {
         if p.stopping {
             return;
         }
-        // Mostly small asks, now and then a batch that spans several ticks.
-        let ask = match self.rng.below(20) {
-            0..=9 => Ask::One,
-            10..=18 => Ask::Many(self.rng.between(1, 20) as usize),
-            _ => Ask::Many(self.rng.between(100, 600) as usize),
+        // Mostly small asks, now and then a batch that spans several ticks; each kind from its
+        // own connection, so the minter's fair queue interleaves them (and keeps each one's
+        // requests in order).
+        let (ask, connection) = match self.rng.below(20) {
+            0..=9 => (Ask::One, 1),
+            10..=18 => (Ask::Many(self.rng.between(1, 20) as usize), 2),
+            _ => (Ask::Many(self.rng.between(100, 600) as usize), 3),
         };
         let boot = self.machines[m].boot(self.now);
         let p = self.process_mut(m);
         let reply = SimReply { sink: p.replies.clone() };
-        p.minter.push(Pending::new(ask, boot + Duration::from_millis(500), reply));
+        let deadline = boot + Duration::from_millis(500);
+        p.minter.push(Pending::new(ask, ConnectionKey(connection), boot, deadline, reply));
         self.step(m);
     }
 

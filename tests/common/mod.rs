@@ -73,6 +73,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         max_clock_drift: Duration::from_secs(10),
         forward_jump_confirm: Duration::from_secs(10),
         max_wait: Duration::from_secs(1),
+        fair_quantum: snowmint::minter::FAIR_QUANTUM,
         forward_jump_threshold: Duration::from_secs(1),
         max_fleet_skew: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(5),
