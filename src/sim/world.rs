@@ -234,9 +234,13 @@ enum Ev {
     Fault,
 }
 
+/// A reply, and the connection it answers.
+type Answer = (u64, Result<Ids, MintError>);
+
 /// One reply slot the minter core answers into.
 struct SimReply {
-    sink: Rc<RefCell<Vec<Result<Ids, MintError>>>>,
+    sink: Rc<RefCell<Vec<Answer>>>,
+    connection: u64,
 }
 
 impl Responder for SimReply {
@@ -245,7 +249,7 @@ impl Responder for SimReply {
     }
 
     fn send(self, result: Result<Ids, MintError>) -> bool {
-        self.sink.borrow_mut().push(result);
+        self.sink.borrow_mut().push((self.connection, result));
         true
     }
 }
@@ -259,7 +263,7 @@ struct Process {
     in_flight: Option<u64>,
     session: Option<SessionId>,
     disk: Option<DiskStore>,
-    replies: Rc<RefCell<Vec<Result<Ids, MintError>>>>,
+    replies: Rc<RefCell<Vec<Answer>>>,
     /// A stop was asked for: the keeper finishes; the process exits once it is done.
     stopping: bool,
     /// The timer instant already queued, to avoid flooding the queue with wakes.
@@ -750,7 +754,7 @@ impl World {
         let owner: Owner = (m, p.inc);
         let session = p.session;
         let layout = self.params.layout.clone();
-        for reply in replies {
+        for (connection, reply) in replies {
             let ids = match reply {
                 Ok(Ids::One(id)) => vec![id],
                 Ok(Ids::Many(ids)) => ids,
@@ -788,7 +792,7 @@ impl World {
             };
             // The closure borrows the store mutably for lazy lease expiry.
             let view = RefCell::new(view);
-            self.checker.issued(now, &layout, owner, session, &ids, |slot| (view.borrow_mut())(slot));
+            self.checker.issued(now, &layout, owner, connection, session, &ids, |slot| (view.borrow_mut())(slot));
         }
     }
 
@@ -807,7 +811,7 @@ impl World {
         };
         let boot = self.machines[m].boot(self.now);
         let p = self.process_mut(m);
-        let reply = SimReply { sink: p.replies.clone() };
+        let reply = SimReply { sink: p.replies.clone(), connection };
         let deadline = boot + Duration::from_millis(500);
         p.minter.push(Pending::new(ask, ConnectionKey(connection), boot, deadline, reply));
         self.step(m);
