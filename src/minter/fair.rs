@@ -46,6 +46,20 @@ pub enum Minted<B> {
     Gave(usize),
     /// This many IDs given before the generator stopped, and why it stopped.
     Blocked(usize, B),
+    /// Nothing more for this request in this tick (the rest of the tick is kept for small
+    /// asks): its connection's turn passes to the next, keeping its credit.
+    Held,
+}
+
+/// How a round of [`FairQueue::serve`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served<B> {
+    /// Nothing waits.
+    Empty,
+    /// Every connection still waiting is held until the next tick.
+    Held,
+    /// The generator is blocked.
+    Blocked(B),
 }
 
 /// Waiting requests, per connection, in turn order.
@@ -116,19 +130,26 @@ impl<R: Responder> FairQueue<R> {
 
     /// Serves requests in turn: `mint` gives the request at the head of the connection whose
     /// turn it is as many IDs as it can within the budget, `done` takes every request that is
-    /// complete. Ends when nothing waits (`None`) or when `mint` is blocked (`Some(why)`); the
-    /// blocked turn goes on first at the next call, with the credit it has left.
+    /// complete. Ends when nothing waits, when every connection still waiting is held, or
+    /// when `mint` is blocked; a blocked turn goes on first at the next call, with the credit
+    /// it has left.
     pub fn serve<B>(
         &mut self,
         mut mint: impl FnMut(&mut Pending<R>, usize) -> Minted<B>,
         mut done: impl FnMut(Pending<R>),
-    ) -> Option<B> {
+    ) -> Served<B> {
+        // Connections held one after the other: once every one in the round is, stop.
+        let mut held_in_a_row = 0;
         while let Some(&key) = self.order.front() {
+            if held_in_a_row >= self.order.len() {
+                return Served::Held;
+            }
             let flow = self.flows.get_mut(&key).expect("every connection in the round has a flow");
             if flow.credit == 0 {
                 flow.credit = self.quantum;
             }
             let mut blocked = None;
+            let mut held = false;
             while flow.credit > 0
                 && let Some(head) = flow.queue.front_mut()
             {
@@ -143,6 +164,10 @@ impl<R: Responder> FairQueue<R> {
                         blocked = Some(why);
                         gave
                     }
+                    Minted::Held => {
+                        held = true;
+                        break;
+                    }
                 };
                 flow.credit = flow.credit.saturating_sub(gave);
                 if head.is_complete() {
@@ -153,18 +178,19 @@ impl<R: Responder> FairQueue<R> {
                     break;
                 }
             }
+            held_in_a_row = if held { held_in_a_row + 1 } else { 0 };
             if flow.queue.is_empty() {
                 // Nothing left to spend the credit on: as in DRR, an idle connection keeps
                 // no credit, or it could come back with a burst.
                 self.flows.remove(&key);
                 self.order.pop_front();
-            } else if flow.credit == 0 {
+            } else if flow.credit == 0 || held {
                 self.order.rotate_left(1);
             }
-            if blocked.is_some() {
-                return blocked;
+            if let Some(why) = blocked {
+                return Served::Blocked(why);
             }
         }
-        None
+        Served::Empty
     }
 }

@@ -4,7 +4,9 @@
 //! Calls send a request over a bounded mpsc channel and wait on a oneshot for the reply. The
 //! task takes in every request waiting on its channel at each wake-up and passes them to the
 //! core at once, so load batches itself and the hot path takes no lock. It wakes when a
-//! request arrives, when the keeper's holding changes, or when the core asked to look again.
+//! request arrives, when the keeper's holding changes, or when the core asked to look again;
+//! a request arriving during a precise wait for the next tick is passed to the core at once
+//! too (the core may serve it from the tick's reserve for small asks).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -183,6 +185,10 @@ impl Minter {
     async fn run(mut self, stop: CancellationToken) -> Minted {
         let mut open = true;
         let mut holding_open = true;
+        // The blocking thread sleeping towards an instant, kept while requests arrive in the
+        // meantime: each is served at once when it can be (a small ask beside bulk callers,
+        // from the reserve), and the wait goes on with the same thread.
+        let mut sleeper: Option<(Duration, tokio::task::JoinHandle<()>)> = None;
         loop {
             if open {
                 loop {
@@ -208,8 +214,18 @@ impl Minter {
                     // stretch, to mint the moment the tick begins.
                     let wait = at.saturating_sub(self.clock.monotonic());
                     if wait > SPIN {
-                        let sleep = wait - SPIN;
-                        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(sleep)).await;
+                        if sleeper.as_ref().is_none_or(|(until, _)| *until != at) {
+                            let sleep = wait - SPIN;
+                            sleeper = Some((at, tokio::task::spawn_blocking(move || std::thread::sleep(sleep))));
+                        }
+                        let (_, thread) = sleeper.as_mut().expect("just set");
+                        tokio::select! {
+                            _ = thread => sleeper = None,
+                            request = self.rx.recv(), if open => match request {
+                                Some(request) => self.core.push(request),
+                                None => open = false,
+                            },
+                        }
                     } else {
                         tokio::task::yield_now().await;
                     }
