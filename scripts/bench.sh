@@ -13,9 +13,10 @@
 #
 # Prints Markdown tables (the README's performance section) and how each target fared.
 #
-#   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only]
+#   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--fair-quantum IDS]
 #
-# --mixed-only runs the mixed-load measurements alone (no h2load, Redis or PostgreSQL).
+# --mixed-only runs the mixed-load measurements alone (no h2load, Redis or PostgreSQL);
+# --fair-quantum runs their server with that quantum instead of the default.
 #
 # Each measurement runs for --duration seconds (default 10). snowmint's NextId, Redis and
 # PostgreSQL take turns for --rounds rounds (default 5), and the table shows each one's
@@ -30,6 +31,7 @@ cd "$(dirname "$0")/.."
 duration=10
 rounds=5
 mixed_only=false
+quantum=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -37,7 +39,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --rounds=*) rounds=${1#*=}; shift ;;
     --mixed-only) mixed_only=true; shift ;;
-    *) echo "usage: scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only]" >&2; exit 2 ;;
+    --fair-quantum) quantum=(--fair-quantum "$2"); shift 2 ;;
+    *) echo "usage: scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--fair-quantum IDS]" >&2; exit 2 ;;
   esac
 done
 
@@ -165,7 +168,7 @@ mixed_load() {
   local ceiling=4096000 both=$((big_ids + small_ids))
   cat <<EOF
 
-Mixed load, ${d} s each, against the ceiling of one worker (4,096,000 IDs/s):
+Mixed load, ${d} s each, against the ceiling of one worker (4,096,000 IDs/s), ${quantum[*]:---fair-quantum default}:
 
 | NextId, one caller, one call at a time | p50 (ms) | p99 (ms) | max (ms) |
 |---|---:|---:|---:|
@@ -189,7 +192,7 @@ EOF
 }
 
 if $mixed_only; then
-  start_server
+  start_server "${quantum[@]}"
   mixed_load
   exit 0
 fi
@@ -319,5 +322,8 @@ verdict "$buffered_1 >= 3000000" "buffered client >= 3M IDs/s to one caller ($bu
 verdict "$rss <= 50" "server RSS <= 50 MB under load ($rss MB)"
 verdict "${half_p99%ms} <= 1.0" "p99 NextId <= 1 ms at half the top throughput ($half_p99)"
 
-# --- Mixed load, on the server with the default worker threads.
+# --- Mixed load, on a server with the default worker threads.
+kill "$server"
+wait "$server" 2>/dev/null || true
+start_server "${quantum[@]}"
 mixed_load
