@@ -482,9 +482,13 @@ impl<R: Responder> MinterCore<R> {
                     Ask::Many(want) => {
                         let small = want as u64 <= reserve;
                         let mut budget = budget;
-                        // From the first small ask served on, in this pass too.
+                        // From the first small ask served on, in this pass too; and only
+                        // while minting at the clock's tick: ahead of a clock that is behind
+                        // (borrowed time) ticks are not paced by the clock, and a cap per
+                        // clock tick would hold large asks until the clock moves.
                         let reserving = small_served.is_some_and(|t| tick.saturating_sub(t) <= SMALL_ASKS_LINGER);
-                        if !small && reserve > 0 && reserving {
+                        let ahead = generator.last().is_some_and(|last| last.tick > tick);
+                        if !small && reserve > 0 && reserving && !ahead {
                             let room = large_room.saturating_sub(*taken) as usize;
                             if room == 0 {
                                 return Served::Held;
@@ -861,6 +865,27 @@ mod tests {
             core.pass(reading(EPOCH + tick, tick as u64), &held);
         }
         assert_eq!(answered(&log, 1), 65_536, "17 ticks of 4,032 IDs fill a batch");
+    }
+
+    #[test]
+    fn the_reserve_for_small_asks_does_not_hold_a_batch_minting_on_borrowed_time() {
+        let log = Tagged::default();
+        let config = MinterConfig {
+            layout: Layout::default_snowmint(),
+            max_clock_back: Duration::from_millis(5),
+            max_clock_drift: Duration::from_secs(10),
+            max_wait: Duration::from_secs(60),
+            fair_quantum: FAIR_QUANTUM,
+        };
+        let mut core: MinterCore<TaggedReply> = MinterCore::new(config, Metrics::new()).unwrap();
+        let held = long_holding();
+        core.push(from(2, Ask::One, &log));
+        core.pass(reading(EPOCH + 5_000, 5_000), &held);
+        // The clock steps back 4 s and stands still: the batch borrows three ticks ahead of
+        // the last one used, in one pass, as it would with no small ask about.
+        core.push(from(1, Ask::Many(10_000), &log));
+        core.pass(reading(EPOCH + 1_000, 5_001), &held);
+        assert_eq!(answered(&log, 1), 10_000);
     }
 
     #[test]
