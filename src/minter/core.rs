@@ -31,7 +31,9 @@
 //!   waits for the next tick: one caller asking in a loop locks onto the tick and waits a
 //!   whole one every call (p50 1.0 ms instead of 0.2 ms; the README's performance section
 //!   has both). The reserve left unused at the end of a tick is not minted: while small
-//!   callers are about, bulk callers get at most 63 64ths of the ceiling.
+//!   callers are about, bulk callers get at most 63 64ths of the ceiling. It applies only
+//!   while minting at the clock's tick: on borrowed time, ahead of a clock that is behind,
+//!   ticks are not paced by the clock.
 //!
 //! What this gives, and why this policy rather than another:
 //!
