@@ -5,11 +5,18 @@
 #     clients, no pipelining) and a PostgreSQL sequence (pgbench running nextval, 64 clients);
 #   - BatchIds(4096) IDs/s as a share of the layout's ceiling (4,096 IDs per ms per worker);
 #   - the buffered Rust client's IDs/s to one caller and to 64 concurrent callers;
-#   - the server's peak RSS under load, and p99 NextId latency at half the top throughput.
+#   - the server's peak RSS under load, and p99 NextId latency at half the top throughput;
+#   - mixed load (the minter's fair queue): NextId latency of one caller on a quiet instance
+#     and beside a client saturating it with BatchIds(65536), 16 in flight; that bulk
+#     client's IDs/s alone and beside the NextId caller, against the ceiling; and the shares
+#     of two bulk clients of different batch sizes (65,536 and 4,096, 16 in flight each).
 #
-# Prints a Markdown table (the README's performance section) and how each target fared.
+# Prints Markdown tables (the README's performance section) and how each target fared.
 #
-#   scripts/bench.sh [--duration SECONDS] [--rounds N]
+#   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--fair-quantum IDS]
+#
+# --mixed-only runs the mixed-load measurements alone (no h2load, Redis or PostgreSQL);
+# --fair-quantum runs their server with that quantum instead of the default.
 #
 # Each measurement runs for --duration seconds (default 10). snowmint's NextId, Redis and
 # PostgreSQL take turns for --rounds rounds (default 5), and the table shows each one's
@@ -23,27 +30,33 @@ cd "$(dirname "$0")/.."
 
 duration=10
 rounds=5
+mixed_only=false
+quantum=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --duration=*) duration=${1#*=}; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     --rounds=*) rounds=${1#*=}; shift ;;
-    *) echo "usage: scripts/bench.sh [--duration SECONDS] [--rounds N]" >&2; exit 2 ;;
+    --mixed-only) mixed_only=true; shift ;;
+    --fair-quantum) quantum=(--fair-quantum "$2"); shift 2 ;;
+    *) echo "usage: scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--fair-quantum IDS]" >&2; exit 2 ;;
   esac
 done
 
 need=()
-command -v h2load >/dev/null || need+=(nghttp2-client)
-command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || need+=(redis-server redis-tools)
-command -v pgbench >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing ${need[*]}" >&2
-  apt-get update -qq
-  # No service starts: the script runs its own servers on free ports.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  rm -f /usr/sbin/policy-rc.d
+if ! $mixed_only; then
+  command -v h2load >/dev/null || need+=(nghttp2-client)
+  command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || need+=(redis-server redis-tools)
+  command -v pgbench >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "installing ${need[*]}" >&2
+    apt-get update -qq
+    # No service starts: the script runs its own servers on free ports.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+  fi
 fi
 
 cargo build --release --locked -q
@@ -85,6 +98,104 @@ start_server() {
   cat "$work/snowmint.log" >&2
   exit 1
 }
+
+# --- Mixed load: one caller asking for single IDs, one call at a time, beside bulk callers
+# (the minter shares each tick among connections). Runs against a server with the default
+# worker threads, as BatchIds below.
+snowmint_bench() { "$bin" bench --addr "http://127.0.0.1:$grpc_port" "$@"; }
+ids_per_s() { awk '/^IDs\/s/ { print $2 }' "$1"; }
+# latency_ms FILE p50|p99|max: a latency of a `snowmint bench` report, in ms.
+latency_ms() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+line = next(l for l in open(sys.argv[1]) if l.startswith("latency"))
+value = re.search(sys.argv[2] + r" ([0-9.]+)(ns|µs|ms|s)\b", line)
+scale = {"ns": 1e-6, "µs": 1e-3, "ms": 1.0, "s": 1e3}[value.group(2)]
+print(f"{float(value.group(1)) * scale:.3f}")
+PY
+}
+pct() { python3 -c "print(f'{100 * $1 / $2:.1f}%')"; }
+verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo "met   $2"; else echo "MISSED $2"; fi; }
+
+mixed_load() {
+  local d=$duration
+  # A quiet instance.
+  snowmint_bench --method next --concurrency 1 --connections 1 --duration "$d" >"$work/quiet.txt"
+  # The bulk client, BatchIds(65536) with 16 in flight on one connection, alone and then
+  # beside the NextId caller. It starts a second before the measured stretch and ends a
+  # second after it: its IDs/s is what the server issued in the stretch (less the NextId
+  # caller's own), without the start and the end of its run.
+  local bulk before t0 after t1 next_calls bulk_alone bulk_beside
+  snowmint_bench --method batch --batch-size 65536 --concurrency 16 --connections 1 --duration $((d + 2)) \
+    >"$work/bulk-alone.txt" &
+  bulk=$!
+  sleep 1
+  before=$(metric snowmint_ids_issued_total)
+  t0=$(date +%s.%N)
+  sleep "$d"
+  t1=$(date +%s.%N)
+  after=$(metric snowmint_ids_issued_total)
+  wait "$bulk"
+  bulk_alone=$(python3 -c "print(round(($after - $before) / ($t1 - $t0)))")
+  snowmint_bench --method batch --batch-size 65536 --concurrency 16 --connections 1 --duration $((d + 2)) \
+    >"$work/bulk-beside.txt" &
+  bulk=$!
+  sleep 1
+  before=$(metric snowmint_ids_issued_total)
+  t0=$(date +%s.%N)
+  snowmint_bench --method next --concurrency 1 --connections 1 --duration "$d" >"$work/next-beside.txt"
+  t1=$(date +%s.%N)
+  after=$(metric snowmint_ids_issued_total)
+  wait "$bulk"
+  next_calls=$(awk '/^calls / { print $2 }' "$work/next-beside.txt")
+  bulk_beside=$(python3 -c "print(round(($after - $before - $next_calls) / ($t1 - $t0)))")
+  # Two bulk clients of different batch sizes, each 16 in flight on its own connection.
+  snowmint_bench --method batch --batch-size 65536 --concurrency 16 --connections 1 --duration "$d" \
+    >"$work/big.txt" &
+  local big=$!
+  snowmint_bench --method batch --batch-size 4096 --concurrency 16 --connections 1 --duration "$d" >"$work/small.txt"
+  wait "$big"
+
+  local quiet_p50 quiet_p99 quiet_max beside_p50 beside_p99 beside_max big_ids small_ids
+  quiet_p50=$(latency_ms "$work/quiet.txt" p50)
+  quiet_p99=$(latency_ms "$work/quiet.txt" p99)
+  quiet_max=$(latency_ms "$work/quiet.txt" max)
+  beside_p50=$(latency_ms "$work/next-beside.txt" p50)
+  beside_p99=$(latency_ms "$work/next-beside.txt" p99)
+  beside_max=$(latency_ms "$work/next-beside.txt" max)
+  big_ids=$(ids_per_s "$work/big.txt")
+  small_ids=$(ids_per_s "$work/small.txt")
+  local ceiling=4096000 both=$((big_ids + small_ids))
+  cat <<EOF
+
+Mixed load, ${d} s each, against the ceiling of one worker (4,096,000 IDs/s), ${quantum[*]:---fair-quantum default}:
+
+| NextId, one caller, one call at a time | p50 (ms) | p99 (ms) | max (ms) |
+|---|---:|---:|---:|
+| quiet instance | $quiet_p50 | $quiet_p99 | $quiet_max |
+| beside BatchIds(65536), 16 in flight | $beside_p50 | $beside_p99 | $beside_max |
+
+| bulk client | IDs/s | share |
+|---|---:|---:|
+| BatchIds(65536) x 16, alone | $bulk_alone | $(pct "$bulk_alone" $ceiling) of the ceiling |
+| BatchIds(65536) x 16, beside the NextId caller | $bulk_beside | $(pct "$bulk_beside" $ceiling) of the ceiling |
+| BatchIds(65536) x 16, beside the next one | $big_ids | $(pct "$big_ids" "$both") of both ($(pct "$both" $ceiling) of the ceiling) |
+| BatchIds(4096) x 16, beside the one above | $small_ids | $(pct "$small_ids" "$both") of both |
+
+EOF
+  verdict "$beside_p99 <= 2.0 and $beside_p99 <= 5 * $quiet_p99" \
+    "NextId p99 beside the bulk client <= 2 ms and <= 5x quiet ($beside_p99 ms; quiet $quiet_p99 ms)"
+  verdict "$bulk_alone >= 0.98 * $ceiling" "bulk alone >= 98% of the ceiling ($(pct "$bulk_alone" $ceiling))"
+  verdict "$bulk_beside >= 0.95 * $ceiling" "bulk beside NextId >= 95% of the ceiling ($(pct "$bulk_beside" $ceiling))"
+  verdict "min($big_ids, $small_ids) >= 0.8 * $both / 2" \
+    "two bulk clients each within 20% of an equal share ($big_ids and $small_ids IDs/s)"
+}
+
+if $mixed_only; then
+  start_server "${quantum[@]}"
+  mixed_load
+  exit 0
+fi
 
 # One worker thread: the load generators take the machine's other core, and Redis serves
 # from one thread too. On two shared cores a second worker only adds cross-core handoffs:
@@ -189,7 +300,6 @@ buffered_64=$("$bin" bench --addr "http://127.0.0.1:$grpc_port" --method buffere
   --concurrency 64 --duration "$duration" | awk '/^IDs\/s/ { print $2 }')
 rss=$(python3 -c "print(max($rss, $(peak_rss_mb "$server")))")
 
-pct() { python3 -c "print(f'{100 * $1 / $2:.1f}%')"; }
 cat <<EOF
 
 | measurement | snowmint | Redis INCR | PostgreSQL nextval |
@@ -205,10 +315,15 @@ Medians of $rounds interleaved rounds of ${duration} s (snowmint: ${next_runs[*]
 Over those rounds h2load counted $h2load_ok requests as succeeded; the server issued $issued IDs.
 EOF
 
-verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo "met   $2"; else echo "MISSED $2"; fi; }
 echo
 verdict "$next_rps >= $redis_rps" "NextId >= Redis INCR ($next_rps vs $redis_rps calls/s)"
 verdict "$batch_ids >= 0.95 * $ceiling" "BatchIds(4096) >= 95% of the ceiling ($(pct "$batch_ids" $ceiling))"
 verdict "$buffered_1 >= 3000000" "buffered client >= 3M IDs/s to one caller ($buffered_1)"
 verdict "$rss <= 50" "server RSS <= 50 MB under load ($rss MB)"
 verdict "${half_p99%ms} <= 1.0" "p99 NextId <= 1 ms at half the top throughput ($half_p99)"
+
+# --- Mixed load, on a server with the default worker threads.
+kill "$server"
+wait "$server" 2>/dev/null || true
+start_server "${quantum[@]}"
+mixed_load

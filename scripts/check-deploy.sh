@@ -198,12 +198,12 @@ GAUGES = [
     "snowmint_reservation_headroom_seconds",
     "snowmint_layout_expiry_timestamp_seconds", "snowmint_build_info",
     "snowmint_clock_drift_seconds", "snowmint_clock_drift_bound_seconds",
-    "snowmint_fleet_clock_skew_seconds",
+    "snowmint_fleet_clock_skew_seconds", "snowmint_queue_length",
     "snowmint_fleet_slots_in_use", "snowmint_fleet_slots",
 ]
 HISTOGRAMS = [
     "snowmint_request_duration_seconds", "snowmint_batch_size",
-    "snowmint_clock_backward_seconds",
+    "snowmint_clock_backward_seconds", "snowmint_queue_wait_seconds",
 ]
 KNOWN_METRICS = set(COUNTERS) | set(GAUGES) | {
     h + s for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")

@@ -29,6 +29,7 @@ use tonic::Code;
 
 use crate::calls::{Call, method_in};
 use crate::metrics::{CallMetrics, Metrics, PROTOCOL_CONNECT};
+use crate::minter::ConnectionKey;
 use crate::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest};
 use crate::server::SERVICE_NAME;
 use crate::service::{Service, ServiceError, answer_within, status_of};
@@ -224,6 +225,7 @@ impl Connect {
             let path = request.uri().path();
             return Err(ConnectError::new(Code::Unimplemented, format!("no method {path}")));
         }
+        let connection = ConnectionKey::of_peer(peer_of(&request));
         let work = async {
             let body = self.read_body(request).await?;
             // The time left, told to the minter only when the caller set a deadline: without
@@ -232,11 +234,11 @@ impl Connect {
             let message = match method {
                 "NextId" => {
                     let _: NextIdRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.next_id_within(left()).await?)
+                    codec.encode(&self.service.next_id_within(connection, left()).await?)
                 }
                 "BatchIds" => {
                     let request: BatchIdsRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.batch_within(request.count, left()).await?)
+                    codec.encode(&self.service.batch_within(request.count, connection, left()).await?)
                 }
                 _ => {
                     let request: DecodeRequest = codec.decode(&body)?;
@@ -297,6 +299,17 @@ fn check_encoding(headers: &HeaderMap) -> Result<(), ConnectError> {
 }
 
 /// The caller's deadline from `Connect-Timeout-Ms`: a positive integer of at most 10 digits.
+/// The peer address of the connection `request` came on, as the server recorded it: a
+/// Connect call takes its share of the minter by connection, as a gRPC call does.
+fn peer_of<B>(request: &http::Request<B>) -> Option<std::net::SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr()))
+}
+
 fn caller_timeout(headers: &HeaderMap) -> Result<Option<Duration>, ConnectError> {
     let Some(value) = headers.get(TIMEOUT_HEADER) else { return Ok(None) };
     let text = value.to_str().unwrap_or_default();

@@ -15,6 +15,11 @@ use prometheus::{
 /// The RPC methods of the `IdService`, as they appear in the `method` label.
 pub const METHODS: [&str; 3] = ["NextId", "BatchIds", "Decode"];
 
+/// The methods that ask the minter for IDs, as they appear in the `method` label of the
+/// minter's queue metrics.
+pub const NEXT_ID: &str = METHODS[0];
+pub const BATCH_IDS: &str = METHODS[1];
+
 /// The `method` label of a call to a method the `IdService` does not have. Such calls are
 /// counted (they are answered `UNIMPLEMENTED`), but under one label: a label per name a
 /// client sends would let any client grow the registry without bound.
@@ -66,6 +71,8 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub request_duration: HistogramVec,
     pub batch_size: Histogram,
+    pub queue_wait_seconds: HistogramVec,
+    pub queue_length: IntGauge,
     pub clock_backward: IntCounterVec,
     pub clock_backward_seconds: Histogram,
     pub clock_forward_jumps: IntCounter,
@@ -120,6 +127,22 @@ impl Metrics {
         let batch_size = Histogram::with_opts(
             HistogramOpts::new("snowmint_batch_size", "IDs asked for per BatchIds call.")
                 .buckets(prometheus::exponential_buckets(1.0, 4.0, 9).unwrap()),
+        )
+        .unwrap();
+        let queue_wait_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "snowmint_queue_wait_seconds",
+                "Time a request spent in the minter's queue, from asking to its answer, by method (a batch larger than a tick's sequence spans several ticks).",
+            )
+            .buckets(vec![
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            ]),
+            &["method"],
+        )
+        .unwrap();
+        let queue_length = IntGauge::new(
+            "snowmint_queue_length",
+            "Requests waiting in the minter's queue (NextId and BatchIds calls not yet answered), after its last pass.",
         )
         .unwrap();
         let clock_backward = IntCounterVec::new(
@@ -234,6 +257,8 @@ impl Metrics {
             requests,
             request_duration,
             batch_size,
+            queue_wait_seconds,
+            queue_length,
             clock_backward,
             clock_backward_seconds,
             clock_forward_jumps,
@@ -269,6 +294,8 @@ impl Metrics {
             Box::new(self.requests.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.batch_size.clone()),
+            Box::new(self.queue_wait_seconds.clone()),
+            Box::new(self.queue_length.clone()),
             Box::new(self.clock_backward.clone()),
             Box::new(self.clock_backward_seconds.clone()),
             Box::new(self.clock_forward_jumps.clone()),
@@ -303,6 +330,9 @@ impl Metrics {
             for method in METHODS.into_iter().chain([OTHER_METHOD]) {
                 self.method(method, protocol);
             }
+        }
+        for method in [NEXT_ID, BATCH_IDS] {
+            self.queue_wait_seconds.with_label_values(&[method]);
         }
         for action in [ACTION_WAITED, ACTION_REFUSED, ACTION_BORROWED] {
             self.clock_backward.with_label_values(&[action]);
@@ -400,6 +430,9 @@ mod tests {
             r#"snowmint_request_duration_seconds_count{method="other",protocol="grpc"} 0"#,
             r#"snowmint_request_duration_seconds_count{method="Decode",protocol="connect"} 0"#,
             r#"snowmint_clock_backward_total{action="refused"} 0"#,
+            r#"snowmint_queue_wait_seconds_count{method="NextId"} 0"#,
+            r#"snowmint_queue_wait_seconds_count{method="BatchIds"} 0"#,
+            "snowmint_queue_length 0",
             r#"snowmint_lease_renewals_total{result="failed"} 0"#,
             "snowmint_ids_issued_total 0",
             "snowmint_worker_id -1",

@@ -124,6 +124,8 @@ pub struct ServeConfig {
     /// How far the minting time may run ahead of a wall clock that is behind it (0: strict).
     pub max_clock_drift: Duration,
     pub max_wait: Duration,
+    /// IDs a connection takes per turn in the minter while several wait.
+    pub fair_quantum: usize,
     pub forward_jump_threshold: Duration,
     /// How long a forward jump must last before it is followed.
     pub forward_jump_confirm: Duration,
@@ -283,6 +285,7 @@ pub async fn run(
         max_clock_back: config.max_clock_back,
         max_clock_drift: config.max_clock_drift,
         max_wait: config.max_wait,
+        fair_quantum: config.fair_quantum,
     };
     let (mint, readiness, minter_task) = minter::spawn(
         minter_config,

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
 use crate::metrics::Metrics;
-use crate::minter::{MintError, MintHandle};
+use crate::minter::{ConnectionKey, MintError, MintHandle};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse};
 
@@ -52,6 +52,12 @@ pub fn answer_within(timeout: Duration) -> Duration {
     timeout - (timeout / 10).min(Duration::from_millis(20))
 }
 
+/// Whose share of the minter a call takes: its connection, told apart by the peer address
+/// (with or without TLS). Another protocol on the same port can key its calls the same way.
+fn connection_of<T>(request: &Request<T>) -> ConnectionKey {
+    ConnectionKey::of_peer(request.remote_addr())
+}
+
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
 pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 || value.len() > 9 {
@@ -84,18 +90,27 @@ impl Service {
     }
 
     /// `NextId`: one ID, answered within `timeout` if one is given.
-    pub async fn next_id_within(&self, timeout: Option<Duration>) -> Result<NextIdResponse, ServiceError> {
-        let id = self.minter.next_id(timeout).await?;
+    pub async fn next_id_within(
+        &self,
+        connection: ConnectionKey,
+        timeout: Option<Duration>,
+    ) -> Result<NextIdResponse, ServiceError> {
+        let id = self.minter.next_id(connection, timeout).await?;
         Ok(NextIdResponse { id })
     }
 
     /// `BatchIds`: `count` IDs, answered within `timeout` if one is given.
-    pub async fn batch_within(&self, count: u32, timeout: Option<Duration>) -> Result<BatchIdsResponse, ServiceError> {
+    pub async fn batch_within(
+        &self,
+        count: u32,
+        connection: ConnectionKey,
+        timeout: Option<Duration>,
+    ) -> Result<BatchIdsResponse, ServiceError> {
         if count == 0 || count > self.max_batch {
             return Err(ServiceError::BadCount { got: count, max: self.max_batch });
         }
         self.metrics.batch_size.observe(f64::from(count));
-        let ids = self.minter.batch(count as usize, timeout).await?;
+        let ids = self.minter.batch(count as usize, connection, timeout).await?;
         Ok(BatchIdsResponse { ids })
     }
 
@@ -134,12 +149,13 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 #[tonic::async_trait]
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        respond(self.next_id_within(timeout_of(&request)).await)
+        respond(self.next_id_within(connection_of(&request), timeout_of(&request)).await)
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
         let timeout = timeout_of(&request);
-        respond(self.batch_within(request.into_inner().count, timeout).await)
+        let connection = connection_of(&request);
+        respond(self.batch_within(request.into_inner().count, connection, timeout).await)
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {

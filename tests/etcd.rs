@@ -177,7 +177,8 @@ async fn pausing_every_etcd_member_fences_within_the_ttl_and_recovers_after() {
         // Whether its lease outlived the pause or it had to re-claim, it holds its own
         // slot again (nobody else took it).
         assert_eq!(worker_of(log.ids[0]), worker_of(*log.ids.last().unwrap()), "instance {i} changed slots");
-        all.extend(log.ids);
+        assert_increasing(&log.bulk);
+        all.extend(log.all_ids());
     }
     assert_unique(&all);
     for instance in &instances {
@@ -271,7 +272,8 @@ async fn killing_an_etcd_follower_and_then_the_leader_is_survived() {
             let log = join_within(task, Duration::from_secs(10), "a hammer").await;
             assert_minting_went_on(&log, killed, victim);
             assert_increasing(&log.ids);
-            all.extend(log.ids);
+            assert_increasing(&log.bulk);
+            all.extend(log.all_ids());
         }
         for instance in &instances {
             let metrics = common::http_get(instance.admin, "/metrics").await.1;

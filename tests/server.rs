@@ -246,6 +246,59 @@ async fn single_calls_do_not_wait_for_nagle() {
     server.stop().await;
 }
 
+/// A NextId on one connection is not held behind another connection's queued batches: the
+/// minter shares each tick among connections, told apart by their peer addresses. The clock
+/// moves a tick at a time; served in arrival order, the NextId would wait 128 ticks.
+#[tokio::test]
+async fn a_next_id_is_not_held_behind_another_connections_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    config.max_wait = Duration::from_secs(30);
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let bulk = server.client().await;
+    let batches: Vec<_> = (0..8)
+        .map(|_| {
+            let mut bulk = bulk.clone();
+            tokio::spawn(async move { bulk.batch_ids(BatchIdsRequest { count: 65_536 }).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut single = server.client().await;
+    let next = tokio::spawn(async move { single.next_id(NextIdRequest {}).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The tick's sequence is spent: everyone waits for the next tick, and the gauge says so.
+    assert!(!next.is_finished());
+    assert_eq!(server.metric("snowmint_queue_length").await, 9.0);
+    let mut ticks = 0;
+    while !next.is_finished() && ticks < 100 {
+        clock.advance(Duration::from_millis(1));
+        ticks += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    next.await.unwrap().unwrap();
+    assert!(ticks <= 2, "the NextId waited {ticks} ticks behind the other connection's batches");
+    assert_eq!(server.metric(r#"snowmint_queue_wait_seconds_count{method="NextId"}"#).await, 1.0);
+    assert!(batches.iter().all(|b| !b.is_finished()), "the batches cannot be done yet");
+    // The batches complete once the clock has moved through their ticks.
+    for _ in 0..1_000 {
+        if batches.iter().all(|b| b.is_finished()) {
+            break;
+        }
+        clock.advance(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut all = Vec::new();
+    for batch in batches {
+        let ids = batch.await.unwrap().unwrap().into_inner().ids;
+        assert_eq!(ids.len(), 65_536);
+        assert_increasing(&ids);
+        all.extend(ids);
+    }
+    assert_unique(&all);
+    server.stop().await;
+}
+
 /// Every call to the `IdService` is counted by the code it ended with, the calls no handler
 /// sees included (too large, malformed, a method the service does not have, dropped by the
 /// server's request timeout), with its latency; every code's series is there from the first

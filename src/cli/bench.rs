@@ -66,6 +66,8 @@ pub struct Report {
     pub p50: Duration,
     pub p99: Duration,
     pub p999: Duration,
+    /// The slowest call.
+    pub max: Duration,
 }
 
 impl Report {
@@ -100,7 +102,7 @@ impl std::fmt::Display for Report {
         }
         writeln!(f, "calls/s     {:.0}", self.calls_per_second())?;
         writeln!(f, "IDs/s       {:.0}", self.ids_per_second())?;
-        writeln!(f, "latency     p50 {:?}  p99 {:?}  p999 {:?}", self.p50, self.p99, self.p999)?;
+        writeln!(f, "latency     p50 {:?}  p99 {:?}  p999 {:?}  max {:?}", self.p50, self.p99, self.p999, self.max)?;
         if self.duplicates == 0 {
             write!(f, "unique      all {} IDs are unique", self.ids)
         } else {
@@ -184,6 +186,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
         p50: pct(0.50),
         p99: pct(0.99),
         p999: pct(0.999),
+        max: latencies.last().map_or(Duration::ZERO, |&ns| Duration::from_nanos(ns)),
     })
 }
 
@@ -321,6 +324,7 @@ mod tests {
             p50: Duration::ZERO,
             p99: Duration::ZERO,
             p999: Duration::ZERO,
+            max: Duration::ZERO,
         }
     }
 

@@ -100,6 +100,12 @@ pub struct ServeArgs {
     /// The longest a call waits for IDs, in ms, whatever its own deadline.
     #[arg(long, env = "SNOWMINT_MAX_WAIT_MS", default_value = "1000", value_parser = parse_ms)]
     pub max_wait_ms: Duration,
+    /// IDs one connection takes per turn while several wait for IDs: each tick's sequence is
+    /// shared in turn among connections (deficit round robin), so a bulk caller cannot hold
+    /// the others' calls behind its batches.
+    #[arg(long, env = "SNOWMINT_FAIR_QUANTUM", default_value_t = snowmint::minter::FAIR_QUANTUM as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 22))]
+    pub fair_quantum: u64,
     /// While the wall clock is behind the minting time (a step back, a restart above a
     /// saved reservation), minting goes on ahead of it by at most this many ms, and refuses
     /// beyond; 0 keeps IDs' time never ahead of the clock (the strict policy).
@@ -278,6 +284,7 @@ impl ServeArgs {
             max_clock_drift: self.max_clock_drift_ms,
             forward_jump_confirm: self.forward_jump_confirm_ms,
             max_wait: self.max_wait_ms,
+            fair_quantum: self.fair_quantum as usize,
             forward_jump_threshold: self.forward_jump_threshold_ms,
             max_fleet_skew: self.max_fleet_skew_ms,
             shutdown_grace: self.shutdown_grace_ms,

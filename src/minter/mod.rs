@@ -1,7 +1,8 @@
 //! The minter: the one task that owns the generator and answers every request.
 //!
 //! [`core`] holds the decisions with no I/O (the queue, the generator, the holding from the
-//! keeper, readiness); [`task`] is the tokio task around it and the handle callers use;
+//! keeper, readiness); [`fair`] is its queue, which shares each tick's IDs among the
+//! connections waiting; [`task`] is the tokio task around it and the handle callers use;
 //! [`error`] says why minting refused.
 //!
 //! Before minting, each pass reads the clocks once and checks the holding the keeper
@@ -14,8 +15,10 @@
 
 pub mod core;
 pub mod error;
+pub mod fair;
 pub mod task;
 
-pub use core::{Ask, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+pub use core::{Ask, FAIR_QUANTUM, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 pub use error::{MintError, Readiness};
+pub use fair::ConnectionKey;
 pub use task::{MintHandle, MinterLinks, spawn};

@@ -4,7 +4,9 @@
 //! Calls send a request over a bounded mpsc channel and wait on a oneshot for the reply. The
 //! task takes in every request waiting on its channel at each wake-up and passes them to the
 //! core at once, so load batches itself and the hot path takes no lock. It wakes when a
-//! request arrives, when the keeper's holding changes, or when the core asked to look again.
+//! request arrives, when the keeper's holding changes, or when the core asked to look again;
+//! a request arriving during a precise wait for the next tick is passed to the core at once
+//! too (the core may serve it from the tick's reserve for small asks).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Ask, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use super::core::{Ask, ConnectionKey, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use super::error::{MintError, Readiness};
 use crate::clock::Clock;
 use crate::grant::{Holding, Minted};
@@ -58,23 +60,29 @@ impl Drop for Outstanding<'_> {
 }
 
 impl MintHandle {
-    /// One ID, waiting at most `timeout` (capped by the configured maximum wait).
-    pub async fn next_id(&self, timeout: Option<Duration>) -> Result<u64, MintError> {
-        match self.ask(Ask::One, timeout).await? {
+    /// One ID for a caller on `connection` (whose requests share in turn with other
+    /// connections'), waiting at most `timeout` (capped by the configured maximum wait).
+    pub async fn next_id(&self, connection: ConnectionKey, timeout: Option<Duration>) -> Result<u64, MintError> {
+        match self.ask(Ask::One, connection, timeout).await? {
             Ids::One(id) => Ok(id),
             Ids::Many(mut ids) => ids.pop().ok_or(MintError::ShuttingDown),
         }
     }
 
-    /// `count` strictly increasing IDs.
-    pub async fn batch(&self, count: usize, timeout: Option<Duration>) -> Result<Vec<u64>, MintError> {
-        match self.ask(Ask::Many(count), timeout).await? {
+    /// `count` strictly increasing IDs, for a caller on `connection`.
+    pub async fn batch(
+        &self,
+        count: usize,
+        connection: ConnectionKey,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u64>, MintError> {
+        match self.ask(Ask::Many(count), connection, timeout).await? {
             Ids::Many(ids) => Ok(ids),
             Ids::One(id) => Ok(vec![id]),
         }
     }
 
-    async fn ask(&self, ask: Ask, timeout: Option<Duration>) -> Result<Ids, MintError> {
+    async fn ask(&self, ask: Ask, connection: ConnectionKey, timeout: Option<Duration>) -> Result<Ids, MintError> {
         let ids = match ask {
             Ask::One => 1,
             Ask::Many(n) => n,
@@ -85,9 +93,10 @@ impl MintHandle {
             return Err(MintError::Overloaded { outstanding: before, limit: self.max_outstanding });
         }
         let wait = timeout.map_or(self.max_wait, |t| t.min(self.max_wait));
-        let deadline = self.clock.monotonic() + wait;
+        let asked = self.clock.monotonic();
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Pending::new(ask, deadline, reply)).await.map_err(|_| MintError::ShuttingDown)?;
+        let request = Pending::new(ask, connection, asked, asked + wait, reply);
+        self.tx.send(request).await.map_err(|_| MintError::ShuttingDown)?;
         rx.await.map_err(|_| MintError::ShuttingDown)?
     }
 }
@@ -176,6 +185,10 @@ impl Minter {
     async fn run(mut self, stop: CancellationToken) -> Minted {
         let mut open = true;
         let mut holding_open = true;
+        // The blocking thread sleeping towards an instant, kept while requests arrive in the
+        // meantime: each is served at once when it can be (a small ask beside bulk callers,
+        // from the reserve), and the wait goes on with the same thread.
+        let mut sleeper: Option<(Duration, tokio::task::JoinHandle<()>)> = None;
         loop {
             if open {
                 loop {
@@ -201,8 +214,18 @@ impl Minter {
                     // stretch, to mint the moment the tick begins.
                     let wait = at.saturating_sub(self.clock.monotonic());
                     if wait > SPIN {
-                        let sleep = wait - SPIN;
-                        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(sleep)).await;
+                        if sleeper.as_ref().is_none_or(|(until, _)| *until != at) {
+                            let sleep = wait - SPIN;
+                            sleeper = Some((at, tokio::task::spawn_blocking(move || std::thread::sleep(sleep))));
+                        }
+                        let (_, thread) = sleeper.as_mut().expect("just set");
+                        tokio::select! {
+                            _ = thread => sleeper = None,
+                            request = self.rx.recv(), if open => match request {
+                                Some(request) => self.core.push(request),
+                                None => open = false,
+                            },
+                        }
                     } else {
                         tokio::task::yield_now().await;
                     }

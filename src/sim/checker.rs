@@ -1,7 +1,9 @@
 //! The checker: every ID issued in a schedule, and what the store did, held against the
 //! promise and the invariants that keep it.
 //!
-//! Beyond "no ID issued twice" and "each process's IDs increase", it checks the invariants
+//! Beyond "no ID issued twice" and "each response, and each connection's responses in the
+//! order answered, increase" (the minter shares ticks among connections, so IDs leave a
+//! process in increasing order per connection, not overall), it checks the invariants
 //! directly, so a broken rule is caught even in a schedule where luck avoided a duplicate:
 //! a mint after the minter's lease expired (4), below the floor its claim read (2), past the
 //! stored reservation (1); a reservation written without holding the slot (3), or lowered
@@ -48,8 +50,8 @@ impl Hasher for IdHasher {
 #[derive(Debug, Default)]
 pub struct Checker {
     seen: HashSet<u64, BuildHasherDefault<IdHasher>>,
-    /// The last ID each process was given.
-    last: BTreeMap<Owner, u64>,
+    /// The last ID each connection to each process was given.
+    last: BTreeMap<(Owner, u64), u64>,
     /// (slot, owner) → when the owner's claim on the slot took effect.
     claims: BTreeMap<(u32, Owner), Us>,
     /// Per slot: every reservation write that took effect (when, value, writer, session).
@@ -104,12 +106,14 @@ impl Checker {
         }
     }
 
-    /// `ids`, one response, issued by `owner` at `now` under `session`.
+    /// `ids`, one response on `connection`, issued by `owner` at `now` under `session`.
+    #[allow(clippy::too_many_arguments)]
     pub fn issued(
         &mut self,
         now: Us,
         layout: &Layout,
         owner: Owner,
+        connection: u64,
         session: Option<SessionId>,
         ids: &[u64],
         view: impl Fn(u32) -> StoreView,
@@ -124,13 +128,13 @@ impl Checker {
                 self.violation(now, format!("ID {id} issued twice (now by {owner:?})"));
             }
         }
-        if let (Some(&last), Some(&first)) = (self.last.get(&owner), ids.first())
+        if let (Some(&last), Some(&first)) = (self.last.get(&(owner, connection)), ids.first())
             && first <= last
         {
-            self.violation(now, format!("{owner:?} went back: {first} after {last}"));
+            self.violation(now, format!("{owner:?} went back on connection {connection}: {first} after {last}"));
         }
         if let Some(&last) = ids.last() {
-            self.last.insert(owner, last);
+            self.last.insert((owner, connection), last);
         }
         // Each slot's IDs of the response, checked against that slot's claim.
         let mut by_slot: BTreeMap<u32, (u64, i64, usize)> = BTreeMap::new();

@@ -24,7 +24,7 @@ use crate::keeper::{Event, Keeper, KeeperConfig, Now, SlotPolicy};
 use crate::layout::Layout;
 use crate::metrics::Metrics;
 use crate::minter::task::PROGRESS_EVERY_MS;
-use crate::minter::{Ask, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use crate::minter::{Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use crate::store::{Outcome, Reply, Request, SessionId};
 
 /// Unix µs at simulated time zero: well after the layout's epoch.
@@ -234,9 +234,13 @@ enum Ev {
     Fault,
 }
 
+/// A reply, and the connection it answers.
+type Answer = (u64, Result<Ids, MintError>);
+
 /// One reply slot the minter core answers into.
 struct SimReply {
-    sink: Rc<RefCell<Vec<Result<Ids, MintError>>>>,
+    sink: Rc<RefCell<Vec<Answer>>>,
+    connection: u64,
 }
 
 impl Responder for SimReply {
@@ -245,7 +249,7 @@ impl Responder for SimReply {
     }
 
     fn send(self, result: Result<Ids, MintError>) -> bool {
-        self.sink.borrow_mut().push(result);
+        self.sink.borrow_mut().push((self.connection, result));
         true
     }
 }
@@ -259,7 +263,7 @@ struct Process {
     in_flight: Option<u64>,
     session: Option<SessionId>,
     disk: Option<DiskStore>,
-    replies: Rc<RefCell<Vec<Result<Ids, MintError>>>>,
+    replies: Rc<RefCell<Vec<Answer>>>,
     /// A stop was asked for: the keeper finishes; the process exits once it is done.
     stopping: bool,
     /// The timer instant already queued, to avoid flooding the queue with wakes.
@@ -622,6 +626,7 @@ impl World {
                 max_clock_back: Duration::from_millis(params.max_clock_back_ms),
                 max_clock_drift: params.max_clock_drift,
                 max_wait: Duration::from_secs(1),
+                fair_quantum: crate::minter::FAIR_QUANTUM,
             },
             self.metrics.clone(),
         )
@@ -749,7 +754,7 @@ impl World {
         let owner: Owner = (m, p.inc);
         let session = p.session;
         let layout = self.params.layout.clone();
-        for reply in replies {
+        for (connection, reply) in replies {
             let ids = match reply {
                 Ok(Ids::One(id)) => vec![id],
                 Ok(Ids::Many(ids)) => ids,
@@ -787,7 +792,7 @@ impl World {
             };
             // The closure borrows the store mutably for lazy lease expiry.
             let view = RefCell::new(view);
-            self.checker.issued(now, &layout, owner, session, &ids, |slot| (view.borrow_mut())(slot));
+            self.checker.issued(now, &layout, owner, connection, session, &ids, |slot| (view.borrow_mut())(slot));
         }
     }
 
@@ -796,16 +801,19 @@ impl World {
         if p.stopping {
             return;
         }
-        // Mostly small asks, now and then a batch that spans several ticks.
-        let ask = match self.rng.below(20) {
-            0..=9 => Ask::One,
-            10..=18 => Ask::Many(self.rng.between(1, 20) as usize),
-            _ => Ask::Many(self.rng.between(100, 600) as usize),
+        // Mostly small asks, now and then a batch that spans several ticks; each kind from its
+        // own connection, so the minter's fair queue interleaves them (and keeps each one's
+        // requests in order).
+        let (ask, connection) = match self.rng.below(20) {
+            0..=9 => (Ask::One, 1),
+            10..=18 => (Ask::Many(self.rng.between(1, 20) as usize), 2),
+            _ => (Ask::Many(self.rng.between(100, 600) as usize), 3),
         };
         let boot = self.machines[m].boot(self.now);
         let p = self.process_mut(m);
-        let reply = SimReply { sink: p.replies.clone() };
-        p.minter.push(Pending::new(ask, boot + Duration::from_millis(500), reply));
+        let reply = SimReply { sink: p.replies.clone(), connection };
+        let deadline = boot + Duration::from_millis(500);
+        p.minter.push(Pending::new(ask, ConnectionKey(connection), boot, deadline, reply));
         self.step(m);
     }
 

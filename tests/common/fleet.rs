@@ -213,9 +213,15 @@ impl Node {
         log.lock().unwrap().calls.iter().filter(|c| c.0 > after).cloned().collect()
     }
 
-    /// The IDs the live hammer received so far.
+    /// The IDs the live hammer received so far (on its first connection).
     pub fn live_ids(&self) -> Vec<u64> {
         self.live.as_ref().map(|l| l.2.lock().unwrap().ids.clone()).unwrap_or_default()
+    }
+
+    /// The IDs the live hammer's batches of mixed sizes received so far, on its second
+    /// connection.
+    pub fn live_bulk_ids(&self) -> Vec<u64> {
+        self.live.as_ref().map(|l| l.2.lock().unwrap().bulk.clone()).unwrap_or_default()
     }
 }
 
@@ -321,8 +327,10 @@ impl Fleet {
         let lifetimes = self
             .nodes
             .iter()
-            .flat_map(|n| n.done.iter().map(|l| l.ids.clone()).chain([n.live_ids()]))
-            .chain(self.retired.iter().map(|l| l.ids.clone()));
+            .flat_map(|n| {
+                n.done.iter().flat_map(|l| [l.ids.clone(), l.bulk.clone()]).chain([n.live_ids(), n.live_bulk_ids()])
+            })
+            .chain(self.retired.iter().flat_map(|l| [l.ids.clone(), l.bulk.clone()]));
         for ids in lifetimes {
             assert_increasing(&ids);
             all.extend(ids);
@@ -769,7 +777,7 @@ pub async fn several_slots_per_instance(fleet: &mut Fleet) -> Outcome {
         let mut workers: Vec<u64> = ids.iter().map(|&id| worker_of(id)).collect();
         workers.dedup();
         assert!(workers.len() >= 2, "{}: a batch of 12,000 came from one slot", node.name);
-        fleet.retired.push(HammerLog { ids, calls: Vec::new() });
+        fleet.retired.push(HammerLog { ids, ..HammerLog::default() });
     }
     // kill -9 one of them: it comes back with three slots again.
     let i = base;

@@ -75,6 +75,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         max_clock_drift: Duration::from_secs(10),
         forward_jump_confirm: Duration::from_secs(10),
         max_wait: Duration::from_secs(1),
+        fair_quantum: snowmint::minter::FAIR_QUANTUM,
         forward_jump_threshold: Duration::from_secs(1),
         max_fleet_skew: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(5),
@@ -364,9 +365,21 @@ pub async fn next_id_eventually(client: &mut IdServiceClient<Channel>, limit: Du
 /// What a hammering client saw: every ID it was given, and when each call ended how.
 #[derive(Debug, Default)]
 pub struct HammerLog {
+    /// The IDs of its NextId and small BatchIds calls, in the order given.
     pub ids: Vec<u64>,
-    /// (when the call ended, how long it took, its code)
+    /// (when the call ended, how long it took, its code), of those calls.
     pub calls: Vec<(std::time::Instant, Duration, tonic::Code)>,
+    /// The IDs of the batches it asked for at the same time on a second connection, some
+    /// spanning several ticks, in the order given: each connection's IDs increase, the two
+    /// interleave (the minter shares ticks among connections).
+    pub bulk: Vec<u64>,
+}
+
+impl HammerLog {
+    /// Every ID, from both connections.
+    pub fn all_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ids.iter().chain(&self.bulk).copied()
+    }
 }
 
 impl HammerLog {
@@ -387,7 +400,8 @@ impl HammerLog {
 }
 
 /// Calls NextId and BatchIds(100) in turn against `addr` until `stop` is set, each call
-/// with a 500 ms deadline, keeping every ID and every call's outcome.
+/// with a 500 ms deadline, keeping every ID and every call's outcome; meanwhile, on a second
+/// connection, asks for batches of mixed sizes up to a few ticks' worth (see [`BULK`]).
 pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<HammerLog> {
     let log = Arc::new(std::sync::Mutex::new(HammerLog::default()));
     let task = hammer_into(addr, stop, log.clone(), Duration::ZERO);
@@ -398,6 +412,12 @@ pub fn hammer(addr: SocketAddr, stop: Arc<std::sync::atomic::AtomicBool>) -> tok
     })
 }
 
+/// The batch sizes a hammer's second connection asks for in turn, a pause apart: mixed
+/// sizes, some larger than a tick's 4,096, so the minter's fair queue interleaves them with
+/// the first connection's calls under every fault.
+const BULK: [u32; 3] = [5_000, 700, 9_000];
+const BULK_PAUSE: Duration = Duration::from_millis(200);
+
 /// Like [`hammer`], recording into `log` as it goes, so a test can watch it live, and
 /// pausing `pace` between calls.
 pub fn hammer_into(
@@ -407,10 +427,30 @@ pub fn hammer_into(
     pace: Duration,
 ) -> tokio::task::JoinHandle<()> {
     use snowmint::proto::{BatchIdsRequest, NextIdRequest};
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_millis(500));
+    let bulk = {
+        // Its own connection (a channel connects once), so the minter sees another caller.
+        let mut client = IdServiceClient::new(endpoint.connect_lazy());
+        let (stop, log) = (stop.clone(), log.clone());
+        tokio::spawn(async move {
+            for count in BULK.into_iter().cycle() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let mut request = tonic::Request::new(BatchIdsRequest { count });
+                request.set_timeout(Duration::from_millis(500));
+                if let Ok(response) = client.batch_ids(request).await {
+                    let ids = response.into_inner().ids;
+                    assert_eq!(ids.len(), count as usize);
+                    log.lock().unwrap().bulk.extend(ids);
+                }
+                tokio::time::sleep(BULK_PAUSE).await;
+            }
+        })
+    };
     tokio::spawn(async move {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_timeout(Duration::from_millis(500));
         let mut client = IdServiceClient::new(endpoint.connect_lazy());
         let mut round = 0u64;
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -446,6 +486,7 @@ pub fn hammer_into(
                 tokio::time::sleep(pace).await;
             }
         }
+        bulk.await.unwrap();
     })
 }
 
