@@ -315,7 +315,8 @@ impl Keeper {
     /// The next request to send, if one is due now. The keeper records `now` as the
     /// instant it was sent: call this right before sending.
     pub fn poll_request(&mut self, now: Now) -> Option<(u64, Request)> {
-        if self.in_flight.is_some() || self.done || self.fatal.is_some() {
+        // After a fatal error only the stop goes on: a failed start gives back what it claimed.
+        if self.in_flight.is_some() || self.done || (self.fatal.is_some() && self.stopping.is_none()) {
             return None;
         }
         let request = self.next_request(now)?;
@@ -342,7 +343,7 @@ impl Keeper {
     /// The boot-time instant at which the keeper wants to run again, if nothing else
     /// happens first. `None`: only a reply or an input can give it work.
     pub fn poll_timeout(&self, now: Now) -> Option<Duration> {
-        if self.done || self.fatal.is_some() {
+        if self.done || (self.fatal.is_some() && self.stopping.is_none()) {
             return None;
         }
         let mut at: Option<Duration> = None;
@@ -1232,6 +1233,41 @@ mod tests {
         assert_eq!(list, Request::ListSlots { session: 77 });
         let (_, next) = k.poll_request(later).unwrap();
         assert_eq!(next, Request::ReadReservations { slots: vec![9], linearizable: true });
+    }
+
+    /// A start that fails after claiming part of what it needs (every other slot taken)
+    /// gives back what it claimed when stopped, instead of leaving it bound to its lease
+    /// until the TTL: restarted sooner than that, it would find its own old claim in the way
+    /// (found by the long sweep, seed 117883).
+    #[test]
+    fn a_failed_start_gives_back_what_it_claimed() {
+        let mut k = keeper(SlotPolicy::Leased { count: 2, preferred: vec![] }, 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(5)) });
+        let all_but_2: Vec<u32> = (0..1024).filter(|&s| s != 2).collect();
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: all_but_2, ours: vec![] });
+        let claim = exchange(&mut k, at(0), |_| Reply::Claimed { slot: 2, won: true });
+        assert_eq!(claim, Request::Claim { session: 77, slot: 2 });
+        // For the second slot it lists again: every slot is taken, the one claimed included.
+        let mut guard = 0;
+        while k.fatal().is_none() {
+            guard += 1;
+            assert!(guard < 10, "the start never failed");
+            exchange(&mut k, at(0), |request| match request {
+                Request::ListSlots { .. } => Reply::Slots { taken: (0..1024).collect(), ours: vec![2] },
+                Request::ReadReservations { .. } => Reply::Reservations(vec![SlotRead {
+                    slot: 2,
+                    location: "/p/reservations/2".into(),
+                    stored: Stored::Absent,
+                }]),
+                Request::WriteReservations { .. } => Reply::Written(vec![(2, Version::At(3))]),
+                other => panic!("unexpected {other:?}"),
+            });
+        }
+        assert!(matches!(k.fatal(), Some(KeeperError::AllTaken { held: 1, .. })), "{:?}", k.fatal());
+        assert_eq!(k.poll_request(at(10)), None, "nothing more while the start has failed");
+        k.finish(Minted::Unknown);
+        let (_, request) = k.poll_request(at(10)).expect("the stop goes on after the fatal error");
+        assert_eq!(request, Request::CloseSession { session: 77 });
     }
 
     /// Finding 3: a stored reservation outside the layout's time range stops the start,

@@ -718,11 +718,17 @@ impl World {
             self.exit(m);
             return;
         }
-        if let Some(error) = p.keeper.fatal() {
-            // The start fails (every slot taken, a corrupt reservation): the process exits
-            // non-zero and its supervisor starts it again.
+        if !p.stopping
+            && let Some(error) = p.keeper.fatal()
+        {
+            // The start fails (every slot taken, a corrupt reservation): as the driver does,
+            // the process gives back what it claimed, then exits non-zero and its supervisor
+            // starts it again.
             self.trace(|| format!("m{m} start fails: {error}"));
-            self.exit(m);
+            let p = self.machines[m].process.as_mut().expect("running");
+            p.stopping = true;
+            p.keeper.finish(Minted::Unknown);
+            self.step(m);
             return;
         }
         let keeper_at = p.keeper.poll_timeout(kn).map(|b| machine.instant_of_boot(b));
