@@ -407,8 +407,8 @@ mod tests {
         let request: DecodeRequest = Codec::Json.decode(br#"{"id": 175928847299117063}"#).unwrap();
         assert_eq!(request.id, 175_928_847_299_117_063);
         let empty: NextIdRequest = Codec::Json.decode(b"").unwrap();
-        assert_eq!(empty, NextIdRequest {});
-        let response = crate::proto::BatchIdsResponse { ids: vec![1, u64::MAX] };
+        assert_eq!(empty, NextIdRequest::default());
+        let response = crate::proto::BatchIdsResponse { ids: vec![1, u64::MAX], ..Default::default() };
         assert_eq!(Codec::Json.encode(&response), r#"{"ids":["1","18446744073709551615"]}"#);
         let decoded = crate::proto::DecodeResponse { unix_ms: 5, worker_id: 7, ..Default::default() };
         assert_eq!(Codec::Json.encode(&decoded), r#"{"unixMs":"5","workerId":7}"#);

@@ -12,7 +12,10 @@ use crate::layout::{Layout, LayoutError, rfc3339_ms};
 use crate::metrics::Metrics;
 use crate::minter::{ConnectionKey, MintError, MintHandle};
 use crate::proto::id_service_server::IdService;
-use crate::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse};
+use crate::proto::{
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
+    RevealResponse,
+};
 
 /// Errors of the service layer.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +99,7 @@ impl Service {
         timeout: Option<Duration>,
     ) -> Result<NextIdResponse, ServiceError> {
         let id = self.minter.next_id(connection, timeout).await?;
-        Ok(NextIdResponse { id })
+        Ok(NextIdResponse { id, ..Default::default() })
     }
 
     /// `BatchIds`: `count` IDs, answered within `timeout` if one is given.
@@ -111,12 +114,12 @@ impl Service {
         }
         self.metrics.batch_size.observe(f64::from(count));
         let ids = self.minter.batch(count as usize, connection, timeout).await?;
-        Ok(BatchIdsResponse { ids })
+        Ok(BatchIdsResponse { ids, ..Default::default() })
     }
 
     /// `Decode`: the ID's parts, with the server's layout or a named one.
     pub fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
-        let DecodeRequest { id, layout } = request;
+        let DecodeRequest { id, layout, .. } = request;
         match layout.as_str() {
             "" | "snowmint" => decode(id, &self.layout),
             name => decode(id, &Layout::named(name)?),
@@ -143,6 +146,7 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
         sequence: parts.sequence as u32,
         time: rfc3339_ms(unix_ms),
         layout: layout.name.clone(),
+        provenance: None,
     })
 }
 
@@ -160,6 +164,10 @@ impl IdService for Service {
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
         respond(self.decode_request(request.into_inner()))
+    }
+
+    async fn reveal(&self, _request: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
+        Err(Status::unimplemented("Reveal needs opaque IDs, which this build does not have yet"))
     }
 }
 

@@ -10,7 +10,8 @@ use common::{Process, TestServer, assert_increasing, assert_unique, config, run_
 use snowmint::clock::SystemClock;
 use snowmint::proto::id_service_server::{IdService, IdServiceServer};
 use snowmint::proto::{
-    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse,
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
+    RevealResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -178,9 +179,16 @@ async fn serve_mints_and_stops_on_any_number_of_threads() {
             callers.push(tokio::spawn(async move {
                 let mut ids = Vec::new();
                 for _ in 0..50 {
-                    ids.push(client.next_id(NextIdRequest {}).await.unwrap().into_inner().id);
+                    ids.push(client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id);
                     // 4,096 IDs a tick: batches of 3,000 run out the sequence and wait.
-                    ids.extend(client.batch_ids(BatchIdsRequest { count: 3000 }).await.unwrap().into_inner().ids);
+                    ids.extend(
+                        client
+                            .batch_ids(BatchIdsRequest { count: 3000, ..Default::default() })
+                            .await
+                            .unwrap()
+                            .into_inner()
+                            .ids,
+                    );
                 }
                 ids
             }));
@@ -236,7 +244,7 @@ struct Repeating;
 #[tonic::async_trait]
 impl IdService for Repeating {
     async fn next_id(&self, _: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        Ok(Response::new(NextIdResponse { id: 42 }))
+        Ok(Response::new(NextIdResponse { id: 42, ..Default::default() }))
     }
 
     async fn batch_ids(&self, _: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
@@ -244,6 +252,10 @@ impl IdService for Repeating {
     }
 
     async fn decode(&self, _: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn reveal(&self, _: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
         Err(Status::unimplemented("not in this test"))
     }
 }

@@ -13,7 +13,8 @@ use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::layout::Layout;
 use snowmint::proto::id_service_server::{IdService, IdServiceServer};
 use snowmint::proto::{
-    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse,
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
+    RevealResponse,
 };
 use snowmint_client::{BufferConfig, Client, ClientError};
 use tonic::{Code, Request, Response, Status};
@@ -84,6 +85,10 @@ impl IdService for Stub {
     }
 
     async fn decode(&self, _: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
+        self.answer().await
+    }
+
+    async fn reveal(&self, _: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
         self.answer().await
     }
 }

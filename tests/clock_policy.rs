@@ -53,11 +53,11 @@ async fn wait_ready(server: &TestServer, code: u16) -> String {
 async fn small_step_back_is_waited_out() {
     let (server, clock, _dir) = start().await;
     let mut client = server.client().await;
-    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
 
     clock.step_wall(-4); // within the 5 ms threshold
     let mut waiting = client.clone();
-    let call = tokio::spawn(async move { waiting.next_id(NextIdRequest {}).await });
+    let call = tokio::spawn(async move { waiting.next_id(NextIdRequest::default()).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!call.is_finished(), "a call during a small step back waits for the clock");
     assert_eq!(wait_ready(&server, 200).await, "ready\n", "a small step back keeps the server ready");
@@ -74,15 +74,15 @@ async fn small_step_back_is_waited_out() {
 async fn large_step_back_is_refused_at_once_and_recovers_by_itself() {
     let (server, clock, _dir) = start().await;
     let mut client = server.client().await;
-    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
 
     clock.step_wall(-10_000);
     let start = Instant::now();
-    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert!(start.elapsed() < Duration::from_millis(500), "refusal took {:?}", start.elapsed());
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(status.message().contains("behind"), "{}", status.message());
-    let status = client.batch_ids(BatchIdsRequest { count: 10 }).await.unwrap_err();
+    let status = client.batch_ids(BatchIdsRequest { count: 10, ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(wait_ready(&server, 503).await.contains("behind"));
     assert_eq!(server.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await, 1.0);
@@ -92,7 +92,7 @@ async fn large_step_back_is_refused_at_once_and_recovers_by_itself() {
     // The clock comes back past the last tick used: ready again with no call needed.
     clock.step_wall(10_001);
     wait_ready(&server, 200).await;
-    let second = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let second = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     assert!(second > first);
     assert_eq!(
         server.metric(r#"snowmint_requests_total{code="Unavailable",method="NextId",protocol="grpc"}"#).await,
@@ -109,7 +109,7 @@ async fn large_step_back_is_refused_at_once_and_recovers_by_itself() {
 async fn no_call_waits_past_its_deadline() {
     let (server, clock, _dir) = start().await;
     let mut client = server.client().await;
-    client.next_id(NextIdRequest {}).await.unwrap();
+    client.next_id(NextIdRequest::default()).await.unwrap();
     clock.step_wall(-5); // waited out, but the clock never comes back in this test
     let start = Instant::now();
     let (code, message) =
@@ -123,7 +123,7 @@ async fn no_call_waits_past_its_deadline() {
 
     // Without a deadline, the configured maximum wait (1 s) bounds the call.
     let start = Instant::now();
-    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(start.elapsed() < Duration::from_millis(1_500), "{:?}", start.elapsed());
     server.stop().await;
@@ -135,7 +135,8 @@ async fn exhausted_sequence_waits_for_the_next_tick() {
     let mut client = server.client().await;
     // The clock is frozen: 5,000 IDs need two ticks of 4,096.
     let mut waiting = client.clone();
-    let call = tokio::spawn(async move { waiting.batch_ids(BatchIdsRequest { count: 5_000 }).await });
+    let call =
+        tokio::spawn(async move { waiting.batch_ids(BatchIdsRequest { count: 5_000, ..Default::default() }).await });
     // Once the minter has run out of the tick (however long the call took to reach it on
     // a loaded machine), it waits as long as the clock stays: 100 ms here.
     let start = Instant::now();
@@ -156,7 +157,7 @@ async fn exhausted_sequence_waits_for_the_next_tick() {
     assert_eq!(server.metric("snowmint_sequence_exhausted_total").await, 1.0);
     assert!(server.metric("snowmint_sequence_wait_seconds_total").await > 0.05);
     // The next single ID continues after the batch, never wrapping the sequence.
-    let next = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let next = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     assert!(next > ids[4_999]);
     server.stop().await;
 }
@@ -166,12 +167,12 @@ async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
     let (server, clock, _dir) = start_hybrid().await;
     let mut client = server.client().await;
     let layout = Layout::default_snowmint();
-    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     let first_ms = layout.tick_start_ms(layout.unpack(first).tick);
 
     clock.step_wall(-4_000);
     // 10,000 IDs with the clock frozen 4 s behind: three ticks past the last one used.
-    let ids = client.batch_ids(BatchIdsRequest { count: 10_000 }).await.unwrap().into_inner().ids;
+    let ids = client.batch_ids(BatchIdsRequest { count: 10_000, ..Default::default() }).await.unwrap().into_inner().ids;
     assert_eq!(ids.len(), 10_000);
     assert!(ids[0] > first);
     assert_increasing(&ids);
@@ -186,7 +187,7 @@ async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
 
     // The clock catches up: borrowing ends, the gauge goes back to 0.
     clock.advance(Duration::from_millis(4_100));
-    let next = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let next = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     assert!(next > ids[9_999]);
     assert_eq!(layout.tick_start_ms(layout.unpack(next).tick), clock.wall_ms());
     assert_eq!(server.metric("snowmint_clock_drift_seconds").await, 0.0);
@@ -201,10 +202,10 @@ async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
 async fn hybrid_a_step_back_beyond_the_bound_is_refused_and_recovers_within_it() {
     let (server, clock, _dir) = start_hybrid().await;
     let mut client = server.client().await;
-    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
 
     clock.step_wall(-15_000);
-    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(status.message().contains("behind"), "{}", status.message());
     assert!(wait_ready(&server, 503).await.contains("behind"));
@@ -214,7 +215,7 @@ async fn hybrid_a_step_back_beyond_the_bound_is_refused_and_recovers_within_it()
     // Back within the bound (9 s behind the last tick): minting goes on, ahead of the clock.
     clock.step_wall(6_000);
     wait_ready(&server, 200).await;
-    let second = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let second = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     assert!(second > first);
     let drift = server.metric("snowmint_clock_drift_seconds").await;
     assert!((8.9..=9.1).contains(&drift), "drift {drift}");
@@ -227,20 +228,20 @@ async fn a_forward_jump_corrected_before_it_is_confirmed_costs_nothing() {
         let (server, clock, _dir) = start_with(drift).await;
         let mut client = server.client().await;
         let layout = Layout::default_snowmint();
-        let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+        let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
         let before = clock.wall_ms();
 
         // An hour ahead, corrected 2 s later: minting time follows the boot-time clock.
         clock.step_wall(3_600_000);
         clock.advance(Duration::from_millis(1_000));
-        let during = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+        let during = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
         let during_ms = layout.tick_start_ms(layout.unpack(during).tick);
         assert!(during_ms <= before + 1_000 + 1_000, "{policy}: followed the jump at once");
         assert!(during > first);
         assert_eq!(server.metric("snowmint_clock_forward_jumps_total").await, 1.0, "{policy}");
         clock.advance(Duration::from_millis(1_000));
         clock.step_wall(-3_600_000);
-        let after = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+        let after = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
         assert!(after > during, "{policy}");
         assert_eq!(layout.tick_start_ms(layout.unpack(after).tick), clock.wall_ms(), "{policy}");
         assert_eq!(server.metric("snowmint_clock_forward_jumps_adopted_total").await, 0.0, "{policy}");
@@ -255,12 +256,12 @@ async fn a_forward_jump_that_lasts_is_followed() {
     let (server, clock, _dir) = start_hybrid().await;
     let mut client = server.client().await;
     let layout = Layout::default_snowmint();
-    let first = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     clock.step_wall(60_000);
-    client.next_id(NextIdRequest {}).await.unwrap();
+    client.next_id(NextIdRequest::default()).await.unwrap();
     // Past the 10 s confirmation window the jump is adopted.
     clock.advance(Duration::from_millis(10_500));
-    let second = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
+    let second = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     assert!(second > first);
     assert_eq!(layout.tick_start_ms(layout.unpack(second).tick), clock.wall_ms());
     assert_eq!(server.metric("snowmint_clock_forward_jumps_adopted_total").await, 1.0);

@@ -171,7 +171,7 @@ async fn json_and_binary_over_http1_and_http2() {
         assert!(ids.iter().all(|id| id.as_str().unwrap().parse::<u64>().is_ok()), "{ids:?}");
 
         let request = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(request.path(), BatchIdsRequest { count: 5 }.encode_to_vec()).unwrap();
+        std::fs::write(request.path(), BatchIdsRequest { count: 5, ..Default::default() }.encode_to_vec()).unwrap();
         let data = format!("@{}", request.path().display());
         let (answer, bytes) = blocking({
             let url = url.clone();

@@ -19,7 +19,7 @@ use snowmint::proto::id_service_client::IdServiceClient;
 
 /// A call on `channel` with a short deadline: its code.
 async fn call(channel: tonic::transport::Channel) -> tonic::Code {
-    let mut request = tonic::Request::new(NextIdRequest {});
+    let mut request = tonic::Request::new(NextIdRequest::default());
     request.set_timeout(Duration::from_secs(2));
     match IdServiceClient::new(channel).next_id(request).await {
         Ok(_) => tonic::Code::Ok,
@@ -107,7 +107,7 @@ async fn load(addr: SocketAddr, active: usize, secs: u64) -> (f64, Duration, Dur
                 let mut took = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let start = Instant::now();
-                    client.next_id(NextIdRequest {}).await.expect("NextId under load");
+                    client.next_id(NextIdRequest::default()).await.expect("NextId under load");
                     took.push(start.elapsed());
                 }
                 took

@@ -40,7 +40,7 @@ fn serve(cluster: &EtcdCluster, prefix: &str, extra: &[&str]) -> Process {
 async fn mint(process: &Process, count: u32) -> Vec<u64> {
     let mut client = process.client().await;
     let mut ids = vec![next_id_eventually(&mut client, Duration::from_secs(20)).await];
-    ids.extend(client.batch_ids(BatchIdsRequest { count }).await.unwrap().into_inner().ids);
+    ids.extend(client.batch_ids(BatchIdsRequest { count, ..Default::default() }).await.unwrap().into_inner().ids);
     assert_increasing(&ids);
     ids
 }

@@ -38,7 +38,11 @@ async fn published_ids_decode_to_their_published_times() {
     let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
     let mut client = server.client().await;
     for &(layout, id, time, worker, sequence, source) in PUBLISHED {
-        let decoded = client.decode(DecodeRequest { id, layout: layout.into() }).await.unwrap().into_inner();
+        let decoded = client
+            .decode(DecodeRequest { id, layout: layout.into(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
         assert!(decoded.time.starts_with(time), "{layout} {id} ({source}): {} is not {time}", decoded.time);
         assert_eq!((decoded.worker_id, decoded.sequence), (worker, sequence), "{layout} {id}");
         assert_eq!(decoded.layout, layout);

@@ -35,10 +35,10 @@ async fn prometheus_scrapes_the_counters() {
     let server = TestServer::start(config(&dir.path().join("state")), Arc::new(SystemClock::new())).await;
     let mut client = server.client().await;
     for _ in 0..10 {
-        client.next_id(NextIdRequest {}).await.unwrap();
+        client.next_id(NextIdRequest::default()).await.unwrap();
     }
-    client.batch_ids(BatchIdsRequest { count: 990 }).await.unwrap();
-    client.batch_ids(BatchIdsRequest { count: 0 }).await.unwrap_err();
+    client.batch_ids(BatchIdsRequest { count: 990, ..Default::default() }).await.unwrap();
+    client.batch_ids(BatchIdsRequest { count: 0, ..Default::default() }).await.unwrap_err();
 
     // promtool's lint of the exposition: no findings.
     let metrics = server.admin_get("/metrics").await.1;

@@ -19,16 +19,17 @@ async fn restart_with_the_clock_behind_waits_until_past_the_saved_reservation() 
     let clock = ManualClock::new(SystemClock::new().wall_ms());
     let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
     let mut client = server.client().await;
-    let mut before = client.batch_ids(BatchIdsRequest { count: 1_000 }).await.unwrap().into_inner().ids;
+    let mut before =
+        client.batch_ids(BatchIdsRequest { count: 1_000, ..Default::default() }).await.unwrap().into_inner().ids;
     clock.advance(Duration::from_millis(7));
-    before.push(client.next_id(NextIdRequest {}).await.unwrap().into_inner().id);
+    before.push(client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id);
     server.stop().await;
 
     // The host comes back with its clock 10 s behind.
     clock.step_wall(-10_000);
     let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
     let mut client = server.client().await;
-    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(status.message().contains("reservation"), "{}", status.message());
     assert_eq!(server.admin_get("/readyz").await.0, 503);
@@ -51,7 +52,9 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     let mut client = process.client().await;
     let first = next_id_eventually(&mut client, Duration::from_secs(5)).await;
     all.push(first);
-    all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    all.extend(
+        client.batch_ids(BatchIdsRequest { count: 5_000, ..Default::default() }).await.unwrap().into_inner().ids,
+    );
     drop(client);
     process.signal("TERM");
     let status = process.wait(Duration::from_secs(10)).await;
@@ -69,7 +72,9 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     let id = next_id_eventually(&mut client, Duration::from_secs(5)).await;
     assert!(start.elapsed() < Duration::from_secs(1), "graceful restart waited {:?}", start.elapsed());
     all.push(id);
-    all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    all.extend(
+        client.batch_ids(BatchIdsRequest { count: 5_000, ..Default::default() }).await.unwrap().into_inner().ids,
+    );
 
     // kill -9: the reservation on disk reaches ahead of the clock, past the last ID; the
     // restart mints only above it.
@@ -85,7 +90,9 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     let first_ms = layout.tick_start_ms(layout.unpack(first).tick);
     assert!(first_ms > reserved, "the restart after kill -9 minted at {first_ms}, inside the reservation {reserved}");
     all.push(first);
-    all.extend(client.batch_ids(BatchIdsRequest { count: 5_000 }).await.unwrap().into_inner().ids);
+    all.extend(
+        client.batch_ids(BatchIdsRequest { count: 5_000, ..Default::default() }).await.unwrap().into_inner().ids,
+    );
     // One worker across three runs: increasing throughout, so never an ID twice.
     assert_increasing(&all);
 }
@@ -222,7 +229,7 @@ async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until
     let mut minted = Vec::new();
     let refusal = loop {
         assert!(blocked.elapsed() < Duration::from_secs(5), "still minting 5 s after writes stopped working");
-        match client.next_id(NextIdRequest {}).await {
+        match client.next_id(NextIdRequest::default()).await {
             Ok(response) => minted.push(response.into_inner().id),
             Err(status) => break status,
         }
@@ -271,7 +278,10 @@ async fn calls_in_flight_at_sigterm_finish_and_the_final_reservation_covers_them
         .map(|_| {
             let mut client = client.clone();
             tokio::spawn(async move {
-                let ids = client.batch_ids(BatchIdsRequest { count: 4_000 }).await.map(|r| r.into_inner().ids);
+                let ids = client
+                    .batch_ids(BatchIdsRequest { count: 4_000, ..Default::default() })
+                    .await
+                    .map(|r| r.into_inner().ids);
                 (ids, std::time::Instant::now())
             })
         })
@@ -306,7 +316,8 @@ async fn several_static_worker_ids_fill_ticks_in_order_and_restart_past_each() {
     let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "2-3"]);
     let mut client = process.client().await;
     next_id_eventually(&mut client, Duration::from_secs(5)).await;
-    let before = client.batch_ids(BatchIdsRequest { count: 20_000 }).await.unwrap().into_inner().ids;
+    let before =
+        client.batch_ids(BatchIdsRequest { count: 20_000, ..Default::default() }).await.unwrap().into_inner().ids;
     assert_increasing(&before);
     let workers: std::collections::BTreeSet<u64> = before.iter().map(|&id| layout.unpack(id).worker).collect();
     assert_eq!(workers, [2, 3].into(), "a batch of 20,000 should span both slots");

@@ -28,10 +28,11 @@ async fn ids_outstanding_are_bounded_and_the_excess_is_refused_and_counted() {
     let server = TestServer::start(config, Arc::new(clock.clone())).await;
     let client = server.client().await;
     let mut first = client.clone();
-    let queued = tokio::spawn(async move { first.batch_ids(BatchIdsRequest { count: 65_536 }).await });
+    let queued =
+        tokio::spawn(async move { first.batch_ids(BatchIdsRequest { count: 65_536, ..Default::default() }).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!queued.is_finished(), "the first batch waits for ticks");
-    let status = client.clone().batch_ids(BatchIdsRequest { count: 65_536 }).await.unwrap_err();
+    let status = client.clone().batch_ids(BatchIdsRequest { count: 65_536, ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("--max-outstanding-ids"), "{}", status.message());
     let refused = r#"snowmint_requests_total{code="ResourceExhausted",method="BatchIds",protocol="grpc"}"#;
@@ -48,7 +49,8 @@ async fn ids_outstanding_are_bounded_and_the_excess_is_refused_and_counted() {
     assert_eq!(ids.len(), 65_536);
     assert_increasing(&ids);
     let mut again = client.clone();
-    let second = tokio::spawn(async move { again.batch_ids(BatchIdsRequest { count: 65_536 }).await });
+    let second =
+        tokio::spawn(async move { again.batch_ids(BatchIdsRequest { count: 65_536, ..Default::default() }).await });
     for _ in 0..40 {
         if second.is_finished() {
             break;
@@ -81,10 +83,15 @@ async fn hundred_thousand_ids_from_sixteen_callers_are_unique_and_increasing_per
                 round += 1;
                 // Mix single calls with batches of varied sizes (1..=500).
                 if (round + caller).is_multiple_of(3) {
-                    ids.push(client.next_id(NextIdRequest {}).await.unwrap().into_inner().id);
+                    ids.push(client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id);
                 } else {
                     let count = ((round * 37 + caller * 11) % 500 + 1).min(PER_CALLER - ids.len()) as u32;
-                    let batch = client.batch_ids(BatchIdsRequest { count }).await.unwrap().into_inner().ids;
+                    let batch = client
+                        .batch_ids(BatchIdsRequest { count, ..Default::default() })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .ids;
                     assert_eq!(batch.len(), count as usize);
                     ids.extend(batch);
                 }
@@ -119,11 +126,11 @@ async fn batch_count_out_of_range_names_the_limit() {
     let (server, _dir) = start().await;
     let mut client = server.client().await;
     for count in [0, 65_537, u32::MAX] {
-        let status = client.batch_ids(BatchIdsRequest { count }).await.unwrap_err();
+        let status = client.batch_ids(BatchIdsRequest { count, ..Default::default() }).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "count {count}");
         assert!(status.message().contains("65536"), "{}", status.message());
     }
-    let max = client.batch_ids(BatchIdsRequest { count: 65_536 }).await.unwrap().into_inner().ids;
+    let max = client.batch_ids(BatchIdsRequest { count: 65_536, ..Default::default() }).await.unwrap().into_inner().ids;
     assert_eq!(max.len(), 65_536);
     assert_increasing(&max);
     assert_eq!(
@@ -138,8 +145,9 @@ async fn batch_count_out_of_range_names_the_limit() {
 async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
     let (server, _dir) = start().await;
     let mut client = server.client().await;
-    let id = client.next_id(NextIdRequest {}).await.unwrap().into_inner().id;
-    let decoded = client.decode(DecodeRequest { id, layout: String::new() }).await.unwrap().into_inner();
+    let id = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
+    let decoded =
+        client.decode(DecodeRequest { id, layout: String::new(), ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(decoded.id, id);
     assert_eq!(decoded.worker_id, 5);
     assert_eq!(decoded.layout, "snowmint");
@@ -147,12 +155,13 @@ async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
     let now_ms = snowmint::clock::Clock::wall_ms(&SystemClock::new());
     assert!((now_ms - decoded.unix_ms).abs() < 10_000);
 
-    let status = client.decode(DecodeRequest { id, layout: "uuid".into() }).await.unwrap_err();
+    let status = client.decode(DecodeRequest { id, layout: "uuid".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     for name in ["twitter", "discord", "instagram", "sonyflake"] {
         assert!(status.message().contains(name), "{}", status.message());
     }
-    let status = client.decode(DecodeRequest { id: 1 << 63, layout: String::new() }).await.unwrap_err();
+    let status =
+        client.decode(DecodeRequest { id: 1 << 63, layout: String::new(), ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     server.stop().await;
 }
@@ -233,11 +242,11 @@ async fn health_reflection_and_admin_endpoints() {
 async fn single_calls_do_not_wait_for_nagle() {
     let (server, _dir) = start().await;
     let mut client = server.client().await;
-    client.next_id(NextIdRequest {}).await.unwrap();
+    client.next_id(NextIdRequest::default()).await.unwrap();
     let mut times = Vec::new();
     for _ in 0..21 {
         let start = Instant::now();
-        client.next_id(NextIdRequest {}).await.unwrap();
+        client.next_id(NextIdRequest::default()).await.unwrap();
         times.push(start.elapsed());
     }
     times.sort();
@@ -260,12 +269,12 @@ async fn a_next_id_is_not_held_behind_another_connections_batches() {
     let batches: Vec<_> = (0..8)
         .map(|_| {
             let mut bulk = bulk.clone();
-            tokio::spawn(async move { bulk.batch_ids(BatchIdsRequest { count: 65_536 }).await })
+            tokio::spawn(async move { bulk.batch_ids(BatchIdsRequest { count: 65_536, ..Default::default() }).await })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut single = server.client().await;
-    let next = tokio::spawn(async move { single.next_id(NextIdRequest {}).await });
+    let next = tokio::spawn(async move { single.next_id(NextIdRequest::default()).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The tick's sequence is spent: everyone waits for the next tick, and the gauge says so.
     assert!(!next.is_finished());
@@ -322,21 +331,27 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     }
 
     let mut client = server.client().await;
-    client.next_id(NextIdRequest {}).await.unwrap();
-    let status = client.batch_ids(BatchIdsRequest { count: 0 }).await.unwrap_err();
+    client.next_id(NextIdRequest::default()).await.unwrap();
+    let status = client.batch_ids(BatchIdsRequest { count: 0, ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     // Above the 16 KiB request limit: refused while decoding, before any handler.
-    let status = client.decode(DecodeRequest { id: 1, layout: "x".repeat(1 << 20) }).await.unwrap_err();
+    let status =
+        client.decode(DecodeRequest { id: 1, layout: "x".repeat(1 << 20), ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
     // Bytes that are not a DecodeRequest: field 1 length-delimited where a fixed64 belongs.
-    let status = raw_call(&server, "/snowmint.v1.IdService/Decode", BatchIdsResponse { ids: vec![1, 2, 3] }).await;
+    let status = raw_call(
+        &server,
+        "/snowmint.v1.IdService/Decode",
+        BatchIdsResponse { ids: vec![1, 2, 3], ..Default::default() },
+    )
+    .await;
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
-    let status = raw_call(&server, "/snowmint.v1.IdService/Mint", NextIdRequest {}).await;
+    let status = raw_call(&server, "/snowmint.v1.IdService/Mint", NextIdRequest::default()).await;
     assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
     // The clock steps back a little and stays there: the call waits, and the server's
     // 300 ms request timeout drops it first.
     clock.step_wall(-4);
-    let status = client.next_id(NextIdRequest {}).await.unwrap_err();
+    let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
     clock.step_wall(4);
 

@@ -48,7 +48,7 @@ async fn tls_call_works_and_plain_text_is_refused() {
     let ca = TestCa::new(dir.path(), "ca");
     let server = tls_server(dir.path(), &ca, false).await;
     let mut client = IdServiceClient::new(tls_channel(&server, &ca, None).await.unwrap());
-    let ids = client.batch_ids(BatchIdsRequest { count: 10 }).await.unwrap().into_inner().ids;
+    let ids = client.batch_ids(BatchIdsRequest { count: 10, ..Default::default() }).await.unwrap().into_inner().ids;
     assert_eq!(ids.len(), 10);
 
     // A plain-text client gets no IDs from a TLS server.
@@ -59,7 +59,7 @@ async fn tls_call_works_and_plain_text_is_refused() {
         .connect()
         .await;
     if let Ok(channel) = plain {
-        let status = IdServiceClient::new(channel).next_id(NextIdRequest {}).await.unwrap_err();
+        let status = IdServiceClient::new(channel).next_id(NextIdRequest::default()).await.unwrap_err();
         assert_ne!(status.code(), tonic::Code::Ok);
     }
     server.stop().await;
@@ -72,12 +72,12 @@ async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
     let server = tls_server(dir.path(), &ca, true).await;
     let client_cert = ca.issue("client");
     let mut client = IdServiceClient::new(tls_channel(&server, &ca, Some(&client_cert)).await.unwrap());
-    client.next_id(NextIdRequest {}).await.unwrap();
+    client.next_id(NextIdRequest::default()).await.unwrap();
 
     // Without a certificate: refused.
     let refused = match tls_channel(&server, &ca, None).await {
         Err(_) => true,
-        Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest {}).await.is_err(),
+        Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest::default()).await.is_err(),
     };
     assert!(refused, "a client without a certificate got an ID");
 
@@ -86,7 +86,7 @@ async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
     let stranger = other.issue("stranger");
     let refused = match tls_channel(&server, &ca, Some(&stranger)).await {
         Err(_) => true,
-        Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest {}).await.is_err(),
+        Ok(channel) => IdServiceClient::new(channel).next_id(NextIdRequest::default()).await.is_err(),
     };
     assert!(refused, "a client with a certificate from another CA got an ID");
     assert_eq!(server.metric(r#"snowmint_requests_total{code="OK",method="NextId",protocol="grpc"}"#).await, 1.0);
@@ -101,7 +101,7 @@ async fn oversized_and_malformed_requests_get_errors_and_the_server_stays_health
 
     // Far above the 16 KiB request limit.
     let huge = "x".repeat(1 << 20);
-    let status = client.decode(DecodeRequest { id: 1, layout: huge }).await.unwrap_err();
+    let status = client.decode(DecodeRequest { id: 1, layout: huge, ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
 
     // Bytes that are not the message the method takes: field 1 arrives length-delimited
@@ -111,13 +111,15 @@ async fn oversized_and_malformed_requests_get_errors_and_the_server_stays_health
     grpc.ready().await.unwrap();
     let codec = tonic_prost::ProstCodec::<BatchIdsResponse, DecodeResponse>::default();
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/snowmint.v1.IdService/Decode");
-    let status =
-        grpc.unary(tonic::Request::new(BatchIdsResponse { ids: vec![1, 2, 3] }), path, codec).await.unwrap_err();
+    let status = grpc
+        .unary(tonic::Request::new(BatchIdsResponse { ids: vec![1, 2, 3], ..Default::default() }), path, codec)
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     assert!(status.message().contains("decode"), "{status:?}");
 
     // Still healthy and minting.
-    client.next_id(NextIdRequest {}).await.unwrap();
+    client.next_id(NextIdRequest::default()).await.unwrap();
     assert_eq!(server.admin_get("/readyz").await.0, 200);
     server.stop().await;
 }

@@ -281,12 +281,12 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
                 client.next_id().await.map(|id| out.ids.push(id)).map_err(|e| e.to_string())
             }
             (Target::Server(client), Method::Batch) => client
-                .batch_ids(BatchIdsRequest { count: load.batch_size })
+                .batch_ids(BatchIdsRequest { count: load.batch_size, ..Default::default() })
                 .await
                 .map(|r| out.ids.push_all(r.into_inner().ids))
                 .map_err(|s| status_line(&s)),
             (Target::Server(client), _) => client
-                .next_id(NextIdRequest {})
+                .next_id(NextIdRequest::default())
                 .await
                 .map(|r| out.ids.push(r.into_inner().id))
                 .map_err(|s| status_line(&s)),

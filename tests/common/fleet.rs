@@ -779,7 +779,8 @@ pub async fn several_slots_per_instance(fleet: &mut Fleet) -> Outcome {
     // A batch larger than one slot's tick spans slots, in ascending order.
     for node in &fleet.nodes[base..] {
         let mut client = node.process.as_ref().expect("running").client().await;
-        let ids = client.batch_ids(BatchIdsRequest { count: 12_000 }).await.unwrap().into_inner().ids;
+        let ids =
+            client.batch_ids(BatchIdsRequest { count: 12_000, ..Default::default() }).await.unwrap().into_inner().ids;
         assert_increasing(&ids);
         let mut workers: Vec<u64> = ids.iter().map(|&id| worker_of(id)).collect();
         workers.dedup();

@@ -351,7 +351,7 @@ pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
 pub async fn next_id_eventually(client: &mut IdServiceClient<Channel>, limit: Duration) -> u64 {
     let start = std::time::Instant::now();
     loop {
-        match client.next_id(snowmint::proto::NextIdRequest {}).await {
+        match client.next_id(snowmint::proto::NextIdRequest::default()).await {
             Ok(response) => return response.into_inner().id,
             Err(status) => {
                 assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
@@ -439,7 +439,7 @@ pub fn hammer_into(
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     break;
                 }
-                let mut request = tonic::Request::new(BatchIdsRequest { count });
+                let mut request = tonic::Request::new(BatchIdsRequest { count, ..Default::default() });
                 request.set_timeout(Duration::from_millis(500));
                 if let Ok(response) = client.batch_ids(request).await {
                     let ids = response.into_inner().ids;
@@ -457,14 +457,14 @@ pub fn hammer_into(
             round += 1;
             let start = std::time::Instant::now();
             let (ids, code) = if round.is_multiple_of(2) {
-                let mut request = tonic::Request::new(NextIdRequest {});
+                let mut request = tonic::Request::new(NextIdRequest::default());
                 request.set_timeout(Duration::from_millis(500));
                 match client.next_id(request).await {
                     Ok(r) => (vec![r.into_inner().id], tonic::Code::Ok),
                     Err(s) => (Vec::new(), s.code()),
                 }
             } else {
-                let mut request = tonic::Request::new(BatchIdsRequest { count: 100 });
+                let mut request = tonic::Request::new(BatchIdsRequest { count: 100, ..Default::default() });
                 request.set_timeout(Duration::from_millis(500));
                 match client.batch_ids(request).await {
                     Ok(r) => {

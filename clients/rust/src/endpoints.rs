@@ -59,7 +59,7 @@ impl Endpoints {
     /// One `NextId` call, failing over as the contract says.
     pub(crate) async fn next_id(&self, deadline: Option<Instant>) -> Result<u64, ClientError> {
         self.call(deadline, |mut stub, timeout| async move {
-            let mut request = tonic::Request::new(NextIdRequest {});
+            let mut request = tonic::Request::new(NextIdRequest::default());
             request.set_timeout(timeout);
             stub.next_id(request).await.map(|response| response.into_inner().id)
         })
@@ -69,7 +69,7 @@ impl Endpoints {
     /// One `BatchIds` call of `count`, failing over as the contract says.
     pub(crate) async fn batch(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<u64>, ClientError> {
         self.call(deadline, |mut stub, timeout| async move {
-            let mut request = tonic::Request::new(BatchIdsRequest { count });
+            let mut request = tonic::Request::new(BatchIdsRequest { count, ..Default::default() });
             request.set_timeout(timeout);
             stub.batch_ids(request).await.map(|response| response.into_inner().ids)
         })

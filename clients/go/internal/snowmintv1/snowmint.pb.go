@@ -25,7 +25,10 @@ const (
 )
 
 type NextIdRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Answer with the ID's opaque public form (a server started with --opaque-key-file;
+	// FAILED_PRECONDITION without one).
+	Opaque        bool `protobuf:"varint,1,opt,name=opaque,proto3" json:"opaque,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -60,9 +63,21 @@ func (*NextIdRequest) Descriptor() ([]byte, []int) {
 	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{0}
 }
 
+func (x *NextIdRequest) GetOpaque() bool {
+	if x != nil {
+		return x.Opaque
+	}
+	return false
+}
+
 type NextIdResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ID; with `opaque`, the opaque value: a positive 63-bit integer, unique per key
+	// version.
+	Id uint64 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
+	// With `opaque`: the string form for URLs, Crockford base32 of the key version and the
+	// opaque value; unique across key versions.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -104,10 +119,19 @@ func (x *NextIdResponse) GetId() uint64 {
 	return 0
 }
 
+func (x *NextIdResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 type BatchIdsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many IDs to mint: 1 up to the server's maximum batch (65,536 by default).
-	Count         uint32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Count uint32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// As in NextIdRequest. Opaque values are unique but not in minting order.
+	Opaque        bool `protobuf:"varint,2,opt,name=opaque,proto3" json:"opaque,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,9 +173,18 @@ func (x *BatchIdsRequest) GetCount() uint32 {
 	return 0
 }
 
+func (x *BatchIdsRequest) GetOpaque() bool {
+	if x != nil {
+		return x.Opaque
+	}
+	return false
+}
+
 type BatchIdsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ids           []uint64               `protobuf:"fixed64,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []uint64               `protobuf:"fixed64,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// With `opaque`: the string form of each of `ids`, in the same order.
+	Texts         []string `protobuf:"bytes,2,rep,name=texts,proto3" json:"texts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,12 +226,26 @@ func (x *BatchIdsResponse) GetIds() []uint64 {
 	return nil
 }
 
+func (x *BatchIdsResponse) GetTexts() []string {
+	if x != nil {
+		return x.Texts
+	}
+	return nil
+}
+
 type DecodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Empty for the server's own layout, or a named layout:
 	// twitter, discord, instagram, sonyflake, snowmint.
-	Layout        string `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
+	Layout string `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
+	// Also answer which holder of the ID's worker slot minted it, from the slot history.
+	Provenance bool `protobuf:"varint,3,opt,name=provenance,proto3" json:"provenance,omitempty"`
+	// An opaque ID's string form, decoded in place of `id` once revealed with the server's key.
+	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	// `id` is an opaque value (of key version `key_version`), revealed before decoding.
+	Opaque        bool   `protobuf:"varint,5,opt,name=opaque,proto3" json:"opaque,omitempty"`
+	KeyVersion    uint32 `protobuf:"varint,6,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +294,34 @@ func (x *DecodeRequest) GetLayout() string {
 	return ""
 }
 
+func (x *DecodeRequest) GetProvenance() bool {
+	if x != nil {
+		return x.Provenance
+	}
+	return false
+}
+
+func (x *DecodeRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *DecodeRequest) GetOpaque() bool {
+	if x != nil {
+		return x.Opaque
+	}
+	return false
+}
+
+func (x *DecodeRequest) GetKeyVersion() uint32 {
+	if x != nil {
+		return x.KeyVersion
+	}
+	return 0
+}
+
 type DecodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -257,7 +332,9 @@ type DecodeResponse struct {
 	// The ID's time in RFC 3339, UTC, with milliseconds.
 	Time string `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
 	// The layout used to decode.
-	Layout        string `protobuf:"bytes,6,opt,name=layout,proto3" json:"layout,omitempty"`
+	Layout string `protobuf:"bytes,6,opt,name=layout,proto3" json:"layout,omitempty"`
+	// With `provenance`: the record of the holder that minted the ID.
+	Provenance    *Provenance `protobuf:"bytes,7,opt,name=provenance,proto3" json:"provenance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,32 +411,358 @@ func (x *DecodeResponse) GetLayout() string {
 	return ""
 }
 
+func (x *DecodeResponse) GetProvenance() *Provenance {
+	if x != nil {
+		return x.Provenance
+	}
+	return nil
+}
+
+// Which holder of a worker slot minted an ID: the one history record whose minting window
+// (above `floor_ms`, up to its last reservation) covers the ID's time. By the hand-over rule
+// at most one can.
+type Provenance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when no record covers the ID; `reason` says why (a time outside the history kept,
+	// another cluster's ID, a foreign layout, no history configured).
+	Found  bool   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Where the record lives: an etcd key, or a file in the state dir.
+	Record   string `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	WorkerId uint32 `protobuf:"varint,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Hostname string `protobuf:"bytes,5,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// The Kubernetes pod name, when the instance ran in one.
+	Pod string `protobuf:"bytes,6,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pid uint32 `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The snowmint version the holder ran.
+	Version string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	// When the holder process started, Unix ms.
+	StartedAtMs int64 `protobuf:"varint,9,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	// The etcd lease the slot was held under (0 in standalone mode).
+	Lease int64 `protobuf:"varint,10,opt,name=lease,proto3" json:"lease,omitempty"`
+	// When the claim was taken, Unix ms.
+	ClaimedAtMs int64 `protobuf:"varint,11,opt,name=claimed_at_ms,json=claimedAtMs,proto3" json:"claimed_at_ms,omitempty"`
+	// The holder minted only ticks above this time (its predecessor's last reservation), Unix ms.
+	FloorMs int64 `protobuf:"varint,12,opt,name=floor_ms,json=floorMs,proto3" json:"floor_ms,omitempty"`
+	// The record's end: the holder's last reservation, Unix ms; 0 while it still holds the slot.
+	LastReservationMs int64 `protobuf:"varint,13,opt,name=last_reservation_ms,json=lastReservationMs,proto3" json:"last_reservation_ms,omitempty"`
+	// When the record was closed, Unix ms; 0 while open.
+	ClosedAtMs    int64 `protobuf:"varint,14,opt,name=closed_at_ms,json=closedAtMs,proto3" json:"closed_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Provenance) Reset() {
+	*x = Provenance{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Provenance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Provenance) ProtoMessage() {}
+
+func (x *Provenance) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Provenance.ProtoReflect.Descriptor instead.
+func (*Provenance) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Provenance) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *Provenance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Provenance) GetRecord() string {
+	if x != nil {
+		return x.Record
+	}
+	return ""
+}
+
+func (x *Provenance) GetWorkerId() uint32 {
+	if x != nil {
+		return x.WorkerId
+	}
+	return 0
+}
+
+func (x *Provenance) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *Provenance) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *Provenance) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Provenance) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Provenance) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *Provenance) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *Provenance) GetClaimedAtMs() int64 {
+	if x != nil {
+		return x.ClaimedAtMs
+	}
+	return 0
+}
+
+func (x *Provenance) GetFloorMs() int64 {
+	if x != nil {
+		return x.FloorMs
+	}
+	return 0
+}
+
+func (x *Provenance) GetLastReservationMs() int64 {
+	if x != nil {
+		return x.LastReservationMs
+	}
+	return 0
+}
+
+func (x *Provenance) GetClosedAtMs() int64 {
+	if x != nil {
+		return x.ClosedAtMs
+	}
+	return 0
+}
+
+type RevealRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The opaque value, of key version `key_version`; or leave it 0 and give `text`.
+	Id         uint64 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
+	KeyVersion uint32 `protobuf:"varint,2,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
+	// An opaque ID's string form, which carries its key version.
+	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevealRequest) Reset() {
+	*x = RevealRequest{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevealRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevealRequest) ProtoMessage() {}
+
+func (x *RevealRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevealRequest.ProtoReflect.Descriptor instead.
+func (*RevealRequest) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RevealRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RevealRequest) GetKeyVersion() uint32 {
+	if x != nil {
+		return x.KeyVersion
+	}
+	return 0
+}
+
+func (x *RevealRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type RevealResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ID beneath the opaque one.
+	Id            uint64 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
+	KeyVersion    uint32 `protobuf:"varint,2,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevealResponse) Reset() {
+	*x = RevealResponse{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevealResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevealResponse) ProtoMessage() {}
+
+func (x *RevealResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevealResponse.ProtoReflect.Descriptor instead.
+func (*RevealResponse) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevealResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RevealResponse) GetKeyVersion() uint32 {
+	if x != nil {
+		return x.KeyVersion
+	}
+	return 0
+}
+
 var File_snowmint_v1_snowmint_proto protoreflect.FileDescriptor
 
 const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\n" +
-	"\x1asnowmint/v1/snowmint.proto\x12\vsnowmint.v1\"\x0f\n" +
-	"\rNextIdRequest\" \n" +
+	"\x1asnowmint/v1/snowmint.proto\x12\vsnowmint.v1\"'\n" +
+	"\rNextIdRequest\x12\x16\n" +
+	"\x06opaque\x18\x01 \x01(\bR\x06opaque\"4\n" +
 	"\x0eNextIdResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x06R\x02id\"'\n" +
+	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"?\n" +
 	"\x0fBatchIdsRequest\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\rR\x05count\"$\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\x12\x16\n" +
+	"\x06opaque\x18\x02 \x01(\bR\x06opaque\":\n" +
 	"\x10BatchIdsResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x06R\x03ids\"7\n" +
+	"\x03ids\x18\x01 \x03(\x06R\x03ids\x12\x14\n" +
+	"\x05texts\x18\x02 \x03(\tR\x05texts\"\xa4\x01\n" +
 	"\rDecodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x16\n" +
-	"\x06layout\x18\x02 \x01(\tR\x06layout\"\x9e\x01\n" +
+	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1e\n" +
+	"\n" +
+	"provenance\x18\x03 \x01(\bR\n" +
+	"provenance\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x16\n" +
+	"\x06opaque\x18\x05 \x01(\bR\x06opaque\x12\x1f\n" +
+	"\vkey_version\x18\x06 \x01(\rR\n" +
+	"keyVersion\"\xd7\x01\n" +
 	"\x0eDecodeResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x1b\n" +
 	"\tworker_id\x18\x03 \x01(\rR\bworkerId\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\rR\bsequence\x12\x12\n" +
 	"\x04time\x18\x05 \x01(\tR\x04time\x12\x16\n" +
-	"\x06layout\x18\x06 \x01(\tR\x06layout2\xda\x01\n" +
+	"\x06layout\x18\x06 \x01(\tR\x06layout\x127\n" +
+	"\n" +
+	"provenance\x18\a \x01(\v2\x17.snowmint.v1.ProvenanceR\n" +
+	"provenance\"\x94\x03\n" +
+	"\n" +
+	"Provenance\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06record\x18\x03 \x01(\tR\x06record\x12\x1b\n" +
+	"\tworker_id\x18\x04 \x01(\rR\bworkerId\x12\x1a\n" +
+	"\bhostname\x18\x05 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03pod\x18\x06 \x01(\tR\x03pod\x12\x10\n" +
+	"\x03pid\x18\a \x01(\rR\x03pid\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion\x12\"\n" +
+	"\rstarted_at_ms\x18\t \x01(\x03R\vstartedAtMs\x12\x14\n" +
+	"\x05lease\x18\n" +
+	" \x01(\x03R\x05lease\x12\"\n" +
+	"\rclaimed_at_ms\x18\v \x01(\x03R\vclaimedAtMs\x12\x19\n" +
+	"\bfloor_ms\x18\f \x01(\x03R\afloorMs\x12.\n" +
+	"\x13last_reservation_ms\x18\r \x01(\x03R\x11lastReservationMs\x12 \n" +
+	"\fclosed_at_ms\x18\x0e \x01(\x03R\n" +
+	"closedAtMs\"T\n" +
+	"\rRevealRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x1f\n" +
+	"\vkey_version\x18\x02 \x01(\rR\n" +
+	"keyVersion\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"A\n" +
+	"\x0eRevealResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x1f\n" +
+	"\vkey_version\x18\x02 \x01(\rR\n" +
+	"keyVersion2\x9d\x02\n" +
 	"\tIdService\x12A\n" +
 	"\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n" +
 	"\bBatchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12A\n" +
-	"\x06Decode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponseBj\n" +
+	"\x06Decode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponse\x12A\n" +
+	"\x06Reveal\x12\x1a.snowmint.v1.RevealRequest\x1a\x1b.snowmint.v1.RevealResponseBj\n" +
 	"\x0fdev.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3"
 
 var (
@@ -374,7 +777,7 @@ func file_snowmint_v1_snowmint_proto_rawDescGZIP() []byte {
 	return file_snowmint_v1_snowmint_proto_rawDescData
 }
 
-var file_snowmint_v1_snowmint_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_snowmint_v1_snowmint_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_snowmint_v1_snowmint_proto_goTypes = []any{
 	(*NextIdRequest)(nil),    // 0: snowmint.v1.NextIdRequest
 	(*NextIdResponse)(nil),   // 1: snowmint.v1.NextIdResponse
@@ -382,19 +785,25 @@ var file_snowmint_v1_snowmint_proto_goTypes = []any{
 	(*BatchIdsResponse)(nil), // 3: snowmint.v1.BatchIdsResponse
 	(*DecodeRequest)(nil),    // 4: snowmint.v1.DecodeRequest
 	(*DecodeResponse)(nil),   // 5: snowmint.v1.DecodeResponse
+	(*Provenance)(nil),       // 6: snowmint.v1.Provenance
+	(*RevealRequest)(nil),    // 7: snowmint.v1.RevealRequest
+	(*RevealResponse)(nil),   // 8: snowmint.v1.RevealResponse
 }
 var file_snowmint_v1_snowmint_proto_depIdxs = []int32{
-	0, // 0: snowmint.v1.IdService.NextId:input_type -> snowmint.v1.NextIdRequest
-	2, // 1: snowmint.v1.IdService.BatchIds:input_type -> snowmint.v1.BatchIdsRequest
-	4, // 2: snowmint.v1.IdService.Decode:input_type -> snowmint.v1.DecodeRequest
-	1, // 3: snowmint.v1.IdService.NextId:output_type -> snowmint.v1.NextIdResponse
-	3, // 4: snowmint.v1.IdService.BatchIds:output_type -> snowmint.v1.BatchIdsResponse
-	5, // 5: snowmint.v1.IdService.Decode:output_type -> snowmint.v1.DecodeResponse
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	6, // 0: snowmint.v1.DecodeResponse.provenance:type_name -> snowmint.v1.Provenance
+	0, // 1: snowmint.v1.IdService.NextId:input_type -> snowmint.v1.NextIdRequest
+	2, // 2: snowmint.v1.IdService.BatchIds:input_type -> snowmint.v1.BatchIdsRequest
+	4, // 3: snowmint.v1.IdService.Decode:input_type -> snowmint.v1.DecodeRequest
+	7, // 4: snowmint.v1.IdService.Reveal:input_type -> snowmint.v1.RevealRequest
+	1, // 5: snowmint.v1.IdService.NextId:output_type -> snowmint.v1.NextIdResponse
+	3, // 6: snowmint.v1.IdService.BatchIds:output_type -> snowmint.v1.BatchIdsResponse
+	5, // 7: snowmint.v1.IdService.Decode:output_type -> snowmint.v1.DecodeResponse
+	8, // 8: snowmint.v1.IdService.Reveal:output_type -> snowmint.v1.RevealResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_snowmint_v1_snowmint_proto_init() }
@@ -408,7 +817,7 @@ func file_snowmint_v1_snowmint_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_snowmint_v1_snowmint_proto_rawDesc), len(file_snowmint_v1_snowmint_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	IdService_NextId_FullMethodName   = "/snowmint.v1.IdService/NextId"
 	IdService_BatchIds_FullMethodName = "/snowmint.v1.IdService/BatchIds"
 	IdService_Decode_FullMethodName   = "/snowmint.v1.IdService/Decode"
+	IdService_Reveal_FullMethodName   = "/snowmint.v1.IdService/Reveal"
 )
 
 // IdServiceClient is the client API for IdService service.
@@ -37,8 +38,10 @@ type IdServiceClient interface {
 	NextId(ctx context.Context, in *NextIdRequest, opts ...grpc.CallOption) (*NextIdResponse, error)
 	// `count` new IDs, strictly increasing, all minted by this instance.
 	BatchIds(ctx context.Context, in *BatchIdsRequest, opts ...grpc.CallOption) (*BatchIdsResponse, error)
-	// Splits an ID into its time, worker and sequence.
+	// Splits an ID into its time, worker and sequence; on request, says who minted it.
 	Decode(ctx context.Context, in *DecodeRequest, opts ...grpc.CallOption) (*DecodeResponse, error)
+	// Maps an opaque public ID back to the ID beneath it, with the server's opaque key.
+	Reveal(ctx context.Context, in *RevealRequest, opts ...grpc.CallOption) (*RevealResponse, error)
 }
 
 type idServiceClient struct {
@@ -79,6 +82,16 @@ func (c *idServiceClient) Decode(ctx context.Context, in *DecodeRequest, opts ..
 	return out, nil
 }
 
+func (c *idServiceClient) Reveal(ctx context.Context, in *RevealRequest, opts ...grpc.CallOption) (*RevealResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevealResponse)
+	err := c.cc.Invoke(ctx, IdService_Reveal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdServiceServer is the server API for IdService service.
 // All implementations must embed UnimplementedIdServiceServer
 // for forward compatibility.
@@ -89,8 +102,10 @@ type IdServiceServer interface {
 	NextId(context.Context, *NextIdRequest) (*NextIdResponse, error)
 	// `count` new IDs, strictly increasing, all minted by this instance.
 	BatchIds(context.Context, *BatchIdsRequest) (*BatchIdsResponse, error)
-	// Splits an ID into its time, worker and sequence.
+	// Splits an ID into its time, worker and sequence; on request, says who minted it.
 	Decode(context.Context, *DecodeRequest) (*DecodeResponse, error)
+	// Maps an opaque public ID back to the ID beneath it, with the server's opaque key.
+	Reveal(context.Context, *RevealRequest) (*RevealResponse, error)
 	mustEmbedUnimplementedIdServiceServer()
 }
 
@@ -109,6 +124,9 @@ func (UnimplementedIdServiceServer) BatchIds(context.Context, *BatchIdsRequest) 
 }
 func (UnimplementedIdServiceServer) Decode(context.Context, *DecodeRequest) (*DecodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Decode not implemented")
+}
+func (UnimplementedIdServiceServer) Reveal(context.Context, *RevealRequest) (*RevealResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reveal not implemented")
 }
 func (UnimplementedIdServiceServer) mustEmbedUnimplementedIdServiceServer() {}
 func (UnimplementedIdServiceServer) testEmbeddedByValue()                   {}
@@ -185,6 +203,24 @@ func _IdService_Decode_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdService_Reveal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevealRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdServiceServer).Reveal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdService_Reveal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdServiceServer).Reveal(ctx, req.(*RevealRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdService_ServiceDesc is the grpc.ServiceDesc for IdService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -203,6 +239,10 @@ var IdService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Decode",
 			Handler:    _IdService_Decode_Handler,
+		},
+		{
+			MethodName: "Reveal",
+			Handler:    _IdService_Reveal_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -50,6 +50,11 @@ class IdServiceStub:
                 request_serializer=snowmint_dot_v1_dot_snowmint__pb2.DecodeRequest.SerializeToString,
                 response_deserializer=snowmint_dot_v1_dot_snowmint__pb2.DecodeResponse.FromString,
                 _registered_method=True)
+        self.Reveal = channel.unary_unary(
+                '/snowmint.v1.IdService/Reveal',
+                request_serializer=snowmint_dot_v1_dot_snowmint__pb2.RevealRequest.SerializeToString,
+                response_deserializer=snowmint_dot_v1_dot_snowmint__pb2.RevealResponse.FromString,
+                _registered_method=True)
 
 
 class IdServiceServicer:
@@ -71,7 +76,14 @@ class IdServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Decode(self, request, context):
-        """Splits an ID into its time, worker and sequence.
+        """Splits an ID into its time, worker and sequence; on request, says who minted it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reveal(self, request, context):
+        """Maps an opaque public ID back to the ID beneath it, with the server's opaque key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -94,6 +106,11 @@ def add_IdServiceServicer_to_server(servicer, server):
                     servicer.Decode,
                     request_deserializer=snowmint_dot_v1_dot_snowmint__pb2.DecodeRequest.FromString,
                     response_serializer=snowmint_dot_v1_dot_snowmint__pb2.DecodeResponse.SerializeToString,
+            ),
+            'Reveal': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reveal,
+                    request_deserializer=snowmint_dot_v1_dot_snowmint__pb2.RevealRequest.FromString,
+                    response_serializer=snowmint_dot_v1_dot_snowmint__pb2.RevealResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +195,33 @@ class IdService:
             '/snowmint.v1.IdService/Decode',
             snowmint_dot_v1_dot_snowmint__pb2.DecodeRequest.SerializeToString,
             snowmint_dot_v1_dot_snowmint__pb2.DecodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reveal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/snowmint.v1.IdService/Reveal',
+            snowmint_dot_v1_dot_snowmint__pb2.RevealRequest.SerializeToString,
+            snowmint_dot_v1_dot_snowmint__pb2.RevealResponse.FromString,
             options,
             channel_credentials,
             insecure,
