@@ -242,7 +242,7 @@ impl Connect {
                 }
                 _ => {
                     let request: DecodeRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.decode_request(request)?)
+                    codec.encode(&self.service.decode_request(request).await?)
                 }
             };
             Ok::<_, ConnectError>(message)

@@ -11,6 +11,8 @@
 //!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
 //! - [`store`]: where slots are claimed and reservations kept (a state file, or etcd),
 //!   behind one small compare-and-set protocol.
+//! - [`history`]: the record of every claim of a slot, written beside minting (never in its
+//!   way), for provenance in `Decode` and for `snowmint audit`.
 //! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
 //!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
 //!   token.
@@ -31,6 +33,7 @@ pub mod connections;
 pub mod defects;
 pub mod generator;
 pub mod grant;
+pub mod history;
 pub mod keeper;
 pub mod layout;
 pub mod metrics;

@@ -50,7 +50,8 @@ fn runtime(cli: &Cli) -> std::io::Result<tokio::runtime::Runtime> {
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => cli::serve::run(*args).await,
-        Command::Decode(args) => cli::decode::run(&args),
+        Command::Decode(args) => cli::decode::run(&args).await,
+        Command::Audit(args) => cli::audit::run(&args).await,
         Command::Next(args) => cli::clients::next(&args).await,
         Command::Batch(args) => cli::clients::batch(&args).await,
         Command::Bench(args) => {

@@ -56,6 +56,8 @@ pub const CODES: [&str; 17] = [
 /// The `result` label of store operations.
 pub const RESULT_OK: &str = "ok";
 pub const RESULT_FAILED: &str = "failed";
+/// Slot history events dropped because the recorder fell behind.
+pub const RESULT_DROPPED: &str = "dropped";
 
 /// The `action` label of clock steps back: waited out, refused, or minted through on borrowed
 /// time (the hybrid policy).
@@ -97,6 +99,9 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// gRPC connections closed on arrival because `--max-connections` were open.
     pub connections_refused: IntCounter,
+    /// Slot history writes (records appended and closed) by result.
+    pub history_writes: IntCounterVec,
+    pub history_pruned: IntCounter,
     pub build_info: IntGaugeVec,
 }
 
@@ -245,6 +250,17 @@ impl Metrics {
             "gRPC client connections closed on arrival because --max-connections were open.",
         )
         .unwrap();
+        let history_writes = IntCounterVec::new(
+            Opts::new(
+                "snowmint_history_writes_total",
+                "Slot history writes (claims recorded, records closed) by result; failed and dropped ones leave a gap in the history, never in minting.",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        let history_pruned =
+            IntCounter::new("snowmint_history_pruned_total", "Slot history records deleted after --history-retention.")
+                .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -281,6 +297,8 @@ impl Metrics {
             fleet_clock_skew,
             connections_open,
             connections_refused,
+            history_writes,
+            history_pruned,
             build_info,
         };
         metrics.register_all();
@@ -318,6 +336,8 @@ impl Metrics {
             Box::new(self.fleet_clock_skew.clone()),
             Box::new(self.connections_open.clone()),
             Box::new(self.connections_refused.clone()),
+            Box::new(self.history_writes.clone()),
+            Box::new(self.history_pruned.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -340,6 +360,9 @@ impl Metrics {
         for result in [RESULT_OK, RESULT_FAILED] {
             self.lease_renewals.with_label_values(&[result]);
             self.reservation_writes.with_label_values(&[result]);
+        }
+        for result in [RESULT_OK, RESULT_FAILED, RESULT_DROPPED] {
+            self.history_writes.with_label_values(&[result]);
         }
         self.worker_id.set(-1);
         self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);

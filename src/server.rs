@@ -24,7 +24,11 @@ use crate::clock_filter::{ClockFilter, FilteredClock, JumpEvent};
 use crate::connect::Connect;
 use crate::generator::Generator;
 use crate::grant::Minted;
-use crate::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy, StartError};
+use crate::history::etcd::EtcdBook;
+use crate::history::file::FileBook;
+use crate::history::recorder::{self, RecorderConfig, RecorderHandle, Tap};
+use crate::history::{Book, Holder};
+use crate::keeper::{self, DriverConfig, KeeperConfig, KeeperHandle, SlotPolicy, StartError};
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
 use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
@@ -134,6 +138,8 @@ pub struct ServeConfig {
     pub max_fleet_skew: Duration,
     /// How long calls in flight get to finish once shutdown starts.
     pub shutdown_grace: Duration,
+    /// How long closed slot history records are kept; `None`: no history is kept.
+    pub history_retention: Option<Duration>,
     /// gRPC over TLS; plain text when `None`.
     pub tls: Option<GrpcTls>,
     pub limits: Limits,
@@ -184,12 +190,47 @@ fn filtered(clock: Arc<dyn Clock>, config: &ServeConfig, metrics: &Metrics) -> A
 /// How long the final reservation and the release may take on shutdown.
 const FINISH_LIMIT: Duration = Duration::from_secs(5);
 
+/// The slot history of a running server: where it is read and written, and the recorder.
+struct History {
+    book: Arc<dyn Book>,
+    recorder: RecorderHandle,
+}
+
+/// Opens the slot history's book and starts its recorder, unless history is off. A book
+/// that cannot be set up leaves the server without history (logged and counted), never
+/// without minting.
+async fn start_history(config: &ServeConfig, clock: &Arc<dyn Clock>, metrics: &Metrics) -> Option<(Tap, History)> {
+    let retention = config.history_retention?;
+    let (book, hostname, leased): (Arc<dyn Book>, String, bool) = match &config.worker {
+        WorkerConfig::Standalone(standalone) => {
+            (Arc::new(FileBook::new(&standalone.state_dir)), crate::store::etcd::hostname(), false)
+        }
+        WorkerConfig::Etcd(etcd) => match EtcdBook::connect(etcd).await {
+            Ok(book) => (Arc::new(book), etcd.hostname.clone(), true),
+            Err(error) => {
+                metrics.history_writes.with_label_values(&[crate::metrics::RESULT_FAILED]).inc();
+                tracing::warn!(%error, "slot history unavailable; minting goes on without it");
+                return None;
+            }
+        },
+    };
+    let recorder_config = RecorderConfig {
+        holder: Holder::this_process(hostname, clock.wall_ms()),
+        retention,
+        leased,
+        slots: config.layout.max_worker() + 1,
+    };
+    let (tap, recorder) = recorder::spawn(book.clone(), recorder_config, clock.clone(), metrics.clone());
+    Some((tap, History { book, recorder }))
+}
+
 /// Opens the store and starts the keeper: the slot is claimed and its first reservation
 /// written before this returns.
 async fn start_keeper(
     config: &ServeConfig,
     clock: &Arc<dyn Clock>,
     metrics: &Metrics,
+    history: Option<Tap>,
 ) -> Result<KeeperHandle, ServeError> {
     let seed = clock.wall_us() as u64 ^ (u64::from(std::process::id()) << 32);
     let keeper_config = |policy, ttl| KeeperConfig {
@@ -200,33 +241,26 @@ async fn start_keeper(
         seed,
         max_fleet_skew_ms: (!config.max_fleet_skew.is_zero()).then_some(config.max_fleet_skew.as_millis() as i64),
     };
+    let driver = |call_timeout, start_timeout| DriverConfig {
+        call_timeout,
+        start_timeout,
+        clock: clock.clone(),
+        metrics: metrics.clone(),
+        history: history.clone(),
+    };
     let started = match &config.worker {
         WorkerConfig::Standalone(standalone) => {
             let store = FileStore::open(standalone, &config.layout)?;
             let policy = SlotPolicy::Fixed(standalone.worker_ids.clone());
             // A state file write is an fsync or two: seconds only on a disk in trouble.
-            keeper::start(
-                store,
-                keeper_config(policy, Duration::MAX),
-                Duration::from_secs(5),
-                Duration::from_secs(30),
-                clock.clone(),
-                metrics.clone(),
-            )
-            .await
+            let driver = driver(Duration::from_secs(5), Duration::from_secs(30));
+            keeper::start(store, keeper_config(policy, Duration::MAX), driver).await
         }
         WorkerConfig::Etcd(etcd) => {
             let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?;
             let policy = SlotPolicy::Leased { count: etcd.slots, preferred: etcd.preferred() };
-            keeper::start(
-                store,
-                keeper_config(policy, etcd.lease_ttl),
-                etcd.call_timeout(),
-                etcd.start_timeout,
-                clock.clone(),
-                metrics.clone(),
-            )
-            .await
+            let driver = driver(etcd.call_timeout(), etcd.start_timeout);
+            keeper::start(store, keeper_config(policy, etcd.lease_ttl), driver).await
         }
     };
     started.map_err(|e| match (&config.worker, e) {
@@ -272,7 +306,12 @@ pub async fn run(
     // only once it has lasted, so a jump corrected soon never drags the reservations ahead.
     let clock = filtered(clock, &config, &metrics);
 
-    let keeper = start_keeper(&config, &clock, &metrics).await?;
+    // A record is written only once a claim is granted: a start that fails writes none.
+    let (tap, history) = match start_history(&config, &clock, &metrics).await {
+        Some((tap, history)) => (Some(tap), Some(history)),
+        None => (None, None),
+    };
+    let keeper = start_keeper(&config, &clock, &metrics, tap).await?;
     // Stopped only once the gRPC server is done with the calls in flight.
     let stop_minter = CancellationToken::new();
     let links = MinterLinks {
@@ -306,7 +345,13 @@ pub async fn run(
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let service = Arc::new(Service::new(mint, config.layout.clone(), config.max_batch, metrics.clone()));
+    let service = Arc::new(Service::new(
+        mint,
+        config.layout.clone(),
+        config.max_batch,
+        metrics.clone(),
+        history.as_ref().map(|h| h.book.clone()),
+    ));
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
     // HTTP/1.1 as well as HTTP/2, for the Connect protocol: each connection is served as the
     // HTTP/2 preface (or, with TLS, ALPN) says.
@@ -376,6 +421,9 @@ pub async fn run(
         }
     };
     keeper.finish(minted, FINISH_LIMIT).await;
+    if let Some(history) = history {
+        history.recorder.finish(FINISH_LIMIT).await;
+    }
     let _ = health_task.await;
     let admin = admin_task.await.expect("admin task panicked");
     served?;

@@ -4,17 +4,19 @@
 //! ([`crate::connect`]) alike. Calls are counted and timed around the service, by
 //! [`crate::calls`], so that calls no handler sees are counted too.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
+use crate::history::{self, Book, Entry, HistoryError};
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
 use crate::metrics::Metrics;
 use crate::minter::{ConnectionKey, MintError, MintHandle};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{
-    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
-    RevealResponse,
+    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, Provenance,
+    RevealRequest, RevealResponse,
 };
 
 /// Errors of the service layer.
@@ -28,6 +30,8 @@ pub enum ServiceError {
     BadCount { got: u32, max: u32 },
     #[error("id {id} has bits set above the {bits} bits of layout {layout}")]
     NotThisLayout { id: u64, bits: u32, layout: String },
+    #[error("slot history: {0}")]
+    History(#[from] HistoryError),
 }
 
 /// The one mapping from snowmint's errors to gRPC status.
@@ -40,6 +44,8 @@ pub fn status_of(error: ServiceError) -> Status {
         ServiceError::Layout(_) | ServiceError::BadCount { .. } | ServiceError::NotThisLayout { .. } => {
             Status::invalid_argument(error.to_string())
         }
+        // The history could not be read now: ask again.
+        ServiceError::History(_) => Status::unavailable(error.to_string()),
     }
 }
 
@@ -85,11 +91,19 @@ pub struct Service {
     layout: Layout,
     max_batch: u32,
     metrics: Metrics,
+    /// The slot history, for provenance; `None` when none is kept.
+    history: Option<Arc<dyn Book>>,
 }
 
 impl Service {
-    pub fn new(minter: MintHandle, layout: Layout, max_batch: u32, metrics: Metrics) -> Service {
-        Service { minter, layout, max_batch, metrics }
+    pub fn new(
+        minter: MintHandle,
+        layout: Layout,
+        max_batch: u32,
+        metrics: Metrics,
+        history: Option<Arc<dyn Book>>,
+    ) -> Service {
+        Service { minter, layout, max_batch, metrics, history }
     }
 
     /// `NextId`: one ID, answered within `timeout` if one is given.
@@ -117,13 +131,57 @@ impl Service {
         Ok(BatchIdsResponse { ids, ..Default::default() })
     }
 
-    /// `Decode`: the ID's parts, with the server's layout or a named one.
-    pub fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
-        let DecodeRequest { id, layout, .. } = request;
-        match layout.as_str() {
-            "" | "snowmint" => decode(id, &self.layout),
-            name => decode(id, &Layout::named(name)?),
+    /// `Decode`: the ID's parts, with the server's layout or a named one; with `provenance`,
+    /// the slot history's record of the holder that minted it.
+    pub async fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
+        let DecodeRequest { id, layout, provenance, .. } = request;
+        let own = matches!(layout.as_str(), "" | "snowmint");
+        let mut decoded = if own { decode(id, &self.layout)? } else { decode(id, &Layout::named(&layout)?)? };
+        if provenance {
+            let found = match (&self.history, own) {
+                (None, _) => Err("this server keeps no slot history (--history-retention 0)".to_string()),
+                (Some(_), false) => Err(format!(
+                    "decoded with layout {layout}, not this server's: its worker ID is none of this fleet's slots"
+                )),
+                (Some(book), true) => lookup(&**book, decoded.worker_id, decoded.unix_ms).await?,
+            };
+            decoded.provenance = Some(provenance_of(found));
         }
+        Ok(decoded)
+    }
+}
+
+/// The record of `book` that covers an ID of `slot` minted at `unix_ms`, or why none does.
+pub async fn lookup(book: &dyn Book, slot: u32, unix_ms: i64) -> Result<Result<Entry, String>, HistoryError> {
+    let (entries, _) = book.list(Some(slot)).await?;
+    Ok(history::covering(&entries, slot, unix_ms).cloned().ok_or_else(|| {
+        format!(
+            "no record of worker {slot} covers {}: older than the history kept (--history-retention), minted under another etcd prefix or state dir, or its claim was never recorded (snowmint_history_writes_total)",
+            rfc3339_ms(unix_ms)
+        )
+    }))
+}
+
+/// A history record, or why there is none, as `Decode` answers it.
+pub fn provenance_of(found: Result<Entry, String>) -> Provenance {
+    match found {
+        Err(reason) => Provenance { found: false, reason, ..Default::default() },
+        Ok(Entry { location, record }) => Provenance {
+            found: true,
+            reason: String::new(),
+            record: location,
+            worker_id: record.worker_id,
+            hostname: record.holder.hostname,
+            pod: record.holder.pod.unwrap_or_default(),
+            pid: record.holder.pid,
+            version: record.holder.version,
+            started_at_ms: record.holder.started_at_ms,
+            lease: record.lease,
+            claimed_at_ms: record.claimed_at_ms,
+            floor_ms: record.floor_ms,
+            last_reservation_ms: record.last_reservation_ms.unwrap_or(0),
+            closed_at_ms: record.closed_at_ms.unwrap_or(0),
+        },
     }
 }
 
@@ -163,7 +221,7 @@ impl IdService for Service {
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
-        respond(self.decode_request(request.into_inner()))
+        respond(self.decode_request(request.into_inner()).await)
     }
 
     async fn reveal(&self, _request: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {

@@ -1,11 +1,14 @@
 //! `snowmint decode`: splits an ID into its time, worker and sequence, offline, with
-//! snowmint's layout (from the same flags as `serve`) or another system's by name.
+//! snowmint's layout (from the same flags as `serve`) or another system's by name. Given
+//! where the slot history lives (`--etcd-endpoints`, or `--state-dir`), it also says which
+//! holder minted the ID.
 
 use clap::Args;
-use snowmint::layout::Layout;
-use snowmint::service::decode;
+use snowmint::layout::{Layout, rfc3339_ms};
+use snowmint::proto::Provenance;
+use snowmint::service::{decode, lookup, provenance_of};
 
-use super::flags::LayoutArgs;
+use super::flags::{HistoryArgs, LayoutArgs};
 
 #[derive(Debug, Clone, Args)]
 pub struct DecodeArgs {
@@ -17,6 +20,8 @@ pub struct DecodeArgs {
     pub layout_name: Option<String>,
     #[command(flatten)]
     pub own: LayoutArgs,
+    #[command(flatten)]
+    pub history: HistoryArgs,
     /// Print JSON (the ID as a string).
     #[arg(long)]
     pub json: bool,
@@ -31,13 +36,21 @@ fn parse_id(text: &str) -> Result<u64, String> {
 }
 
 /// Prints the decoded ID; `Err` is the one line to exit with.
-pub fn run(args: &DecodeArgs) -> Result<(), String> {
-    let layout = match &args.layout_name {
-        None => args.own.widths()?,
-        Some(name) if name == "snowmint" => args.own.widths()?,
+pub async fn run(args: &DecodeArgs) -> Result<(), String> {
+    let own = matches!(args.layout_name.as_deref(), None | Some("snowmint"));
+    let layout = match args.layout_name.as_deref() {
+        None | Some("snowmint") => args.own.widths()?,
         Some(name) => Layout::named(name).map_err(|e| e.to_string())?,
     };
-    let decoded = decode(args.id, &layout).map_err(|e| e.to_string())?;
+    let mut decoded = decode(args.id, &layout).map_err(|e| e.to_string())?;
+    if let Some(book) = args.history.book().await? {
+        let found = if own {
+            lookup(&*book, decoded.worker_id, decoded.unix_ms).await.map_err(|e| e.to_string())?
+        } else {
+            Err(format!("decoded with layout {}, not snowmint's: no slot history covers it", layout.name))
+        };
+        decoded.provenance = Some(provenance_of(found));
+    }
     if args.json {
         let json = serde_json::json!({
             "id": decoded.id.to_string(),
@@ -46,6 +59,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
             "worker_id": decoded.worker_id,
             "sequence": decoded.sequence,
             "layout": decoded.layout,
+            "provenance": decoded.provenance.as_ref().map(provenance_json),
         });
         println!("{json}");
     } else {
@@ -53,6 +67,46 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
             "id={} time={} unix_ms={} worker_id={} sequence={} layout={}",
             decoded.id, decoded.time, decoded.unix_ms, decoded.worker_id, decoded.sequence, decoded.layout
         );
+        if let Some(p) = &decoded.provenance {
+            if p.found {
+                println!(
+                    "minted by host={} pod={} pid={} version={} lease={:x} claimed_at={} floor={} last_reservation={} record={}",
+                    p.hostname,
+                    if p.pod.is_empty() { "-" } else { &p.pod },
+                    p.pid,
+                    p.version,
+                    p.lease,
+                    rfc3339_ms(p.claimed_at_ms),
+                    rfc3339_ms(p.floor_ms),
+                    if p.last_reservation_ms == 0 { "open".into() } else { rfc3339_ms(p.last_reservation_ms) },
+                    p.record
+                );
+            } else {
+                println!("provenance: none on record: {}", p.reason);
+            }
+        }
     }
     Ok(())
+}
+
+/// Provenance as JSON: Unix ms as numbers, absent values left out.
+fn provenance_json(p: &Provenance) -> serde_json::Value {
+    if !p.found {
+        return serde_json::json!({ "found": false, "reason": p.reason });
+    }
+    serde_json::json!({
+        "found": true,
+        "record": p.record,
+        "worker_id": p.worker_id,
+        "hostname": p.hostname,
+        "pod": (!p.pod.is_empty()).then_some(&p.pod),
+        "pid": p.pid,
+        "version": p.version,
+        "started_at_ms": p.started_at_ms,
+        "lease": format!("{:x}", p.lease),
+        "claimed_at_ms": p.claimed_at_ms,
+        "floor_ms": p.floor_ms,
+        "last_reservation_ms": (p.last_reservation_ms != 0).then_some(p.last_reservation_ms),
+        "closed_at_ms": (p.closed_at_ms != 0).then_some(p.closed_at_ms),
+    })
 }

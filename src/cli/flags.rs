@@ -3,11 +3,18 @@
 //! Values are checked here, before anything starts; a bad one ends the process with one clear
 //! line and a non-zero status.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use snowmint::history::Book;
+use snowmint::history::etcd::EtcdBook;
+use snowmint::history::file::FileBook;
 use snowmint::layout::{Layout, LayoutError, SEQUENCE_BITS, TIME_BITS, WORKER_BITS, parse_rfc3339_ms, rfc3339_ms};
+use snowmint::store::etcd::{EtcdConfig, EtcdTls};
 
+use super::audit::AuditArgs;
 use super::bench::BenchArgs;
 use super::clients::{BatchArgs, ClientArgs};
 use super::decode::DecodeArgs;
@@ -24,8 +31,12 @@ pub struct Cli {
 pub enum Command {
     /// Run the ID server.
     Serve(Box<ServeArgs>),
-    /// Split an ID into time, worker and sequence (offline).
+    /// Split an ID into time, worker and sequence (offline); with the slot history's flags,
+    /// say which holder minted it.
     Decode(DecodeArgs),
+    /// Check the slot history: each holder minted only above its predecessor's last
+    /// reservation, and no two minting windows of a slot overlap.
+    Audit(AuditArgs),
     /// Ask a server for one ID.
     Next(ClientArgs),
     /// Ask a server for a batch of IDs.
@@ -91,6 +102,114 @@ impl LayoutArgs {
         }
         Ok(Layout::snowmint(self.epoch, worker, sequence))
     }
+}
+
+/// The etcd connection flags, shared by `serve`, `decode` and `audit`.
+#[derive(Debug, Clone, Args)]
+pub struct EtcdArgs {
+    /// etcd endpoints (comma-separated URLs); when given, the worker ID is leased from etcd
+    /// instead of --worker-id, and reservations live in etcd instead of --state-dir.
+    #[arg(long, env = "SNOWMINT_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// Key prefix in etcd.
+    #[arg(long, env = "SNOWMINT_ETCD_PREFIX", default_value = "/snowmint")]
+    pub etcd_prefix: String,
+    /// CA certificate (PEM) to verify etcd with.
+    #[arg(long, env = "SNOWMINT_ETCD_CA")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd.
+    #[arg(long, env = "SNOWMINT_ETCD_CERT")]
+    pub etcd_cert: Option<PathBuf>,
+    /// Client key (PEM) for etcd.
+    #[arg(long, env = "SNOWMINT_ETCD_KEY")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user; the password is read only from SNOWMINT_ETCD_PASSWORD.
+    #[arg(long, env = "SNOWMINT_ETCD_USER")]
+    pub etcd_user: Option<String>,
+}
+
+impl EtcdArgs {
+    /// The etcd connection these flags describe (one slot, a 10 s lease, no preference: the
+    /// callers that claim set their own), or the one line that says what is wrong.
+    pub fn config(&self, hostname: String) -> Result<EtcdConfig, String> {
+        if self.etcd_endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err("--etcd-endpoints has an empty entry".into());
+        }
+        let prefix = self.etcd_prefix.trim_end_matches('/').to_string();
+        if !prefix.starts_with('/') {
+            return Err(format!("--etcd-prefix {:?} must start with /", self.etcd_prefix));
+        }
+        let uses_tls = self.etcd_endpoints.iter().any(|e| e.starts_with("https://"))
+            || self.etcd_ca.is_some()
+            || self.etcd_cert.is_some()
+            || self.etcd_key.is_some();
+        let tls = uses_tls.then(|| EtcdTls {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+        });
+        if uses_tls && self.etcd_ca.is_none() {
+            return Err("TLS to etcd needs --etcd-ca (the CA that signed the etcd server certificates)".into());
+        }
+        let password = std::env::var("SNOWMINT_ETCD_PASSWORD").ok();
+        let user = match (&self.etcd_user, password) {
+            (Some(user), Some(password)) => Some((user.clone(), password)),
+            (Some(_), None) => return Err("--etcd-user needs the password in SNOWMINT_ETCD_PASSWORD".into()),
+            (None, _) => None,
+        };
+        Ok(EtcdConfig {
+            endpoints: self.etcd_endpoints.clone(),
+            prefix,
+            lease_ttl: Duration::from_secs(10),
+            preferred_worker_id: None,
+            slots: 1,
+            hostname,
+            tls,
+            user,
+            start_timeout: Duration::from_secs(10),
+        })
+    }
+}
+
+/// Where a command reads the slot history: etcd (`--etcd-endpoints`) or a standalone
+/// server's `--state-dir`.
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// A standalone server's state dir (its history is under history/).
+    #[arg(long, env = "SNOWMINT_STATE_DIR", conflicts_with = "etcd_endpoints")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl HistoryArgs {
+    /// The history these flags name; `None` when they name none.
+    pub async fn book(&self) -> Result<Option<Arc<dyn Book>>, String> {
+        if !self.etcd.etcd_endpoints.is_empty() {
+            let config = self.etcd.config(String::new())?;
+            let book = EtcdBook::connect(&config).await.map_err(|e| e.to_string())?;
+            return Ok(Some(Arc::new(book)));
+        }
+        Ok(self.state_dir.as_deref().map(|dir| Arc::new(FileBook::new(dir)) as Arc<dyn Book>))
+    }
+}
+
+/// A retention such as 30d, 12h, 90m or 600s; a bare number is seconds.
+pub fn parse_retention(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("not a duration such as 30d, 12h, 90m or 600s: {text:?}"))?;
+    let secs = match unit {
+        "d" => n.checked_mul(86_400),
+        "h" => n.checked_mul(3_600),
+        "m" => n.checked_mul(60),
+        "s" => Some(n),
+        _ => return Err(format!("unknown unit {unit:?} in {text:?}: use d, h, m or s")),
+    };
+    secs.map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 fn parse_epoch(text: &str) -> Result<i64, String> {

@@ -1,9 +1,10 @@
 //! The command line of the `snowmint` binary, one concept a file: [`flags`] (the commands
 //! and the flags they share), [`serve`] (the server's flags and start), [`decode`] (offline
-//! decoding), [`clients`] (the small clients `next` and `batch`) and [`bench`] (the load
+//! decoding, and provenance from the slot history), [`audit`] (the slot history's check), [`clients`] (the small clients `next` and `batch`) and [`bench`] (the load
 //! tool). The small clients and the load tool use `snowmint-client`, the library stays the
 //! server's.
 
+pub mod audit;
 pub mod bench;
 pub mod clients;
 pub mod decode;

@@ -12,11 +12,11 @@ use clap::{Args, ValueEnum};
 use snowmint::clock::{Clock, SystemClock};
 use snowmint::layout::Layout;
 use snowmint::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
-use snowmint::store::etcd::{EtcdConfig, EtcdTls, hostname, ordinal_of};
+use snowmint::store::etcd::{EtcdConfig, hostname, ordinal_of};
 use snowmint::store::file::StandaloneConfig;
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{LayoutArgs, parse_ms, parse_nonzero_ms};
+use super::flags::{EtcdArgs, LayoutArgs, parse_ms, parse_nonzero_ms, parse_retention};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -126,13 +126,12 @@ pub struct ServeArgs {
     /// agrees again. 0 turns the check off.
     #[arg(long, env = "SNOWMINT_MAX_FLEET_SKEW_MS", default_value = "30000", value_parser = parse_ms)]
     pub max_fleet_skew_ms: Duration,
-    /// etcd endpoints (comma-separated URLs); when given, the worker ID is leased from etcd
-    /// instead of --worker-id, and reservations live in etcd instead of --state-dir.
-    #[arg(long, env = "SNOWMINT_ETCD_ENDPOINTS", value_delimiter = ',')]
-    pub etcd_endpoints: Vec<String>,
-    /// Key prefix in etcd.
-    #[arg(long, env = "SNOWMINT_ETCD_PREFIX", default_value = "/snowmint")]
-    pub etcd_prefix: String,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// How long closed slot history records are kept (30d, 12h, 90m, 600s; a bare number
+    /// is seconds); each claim prunes a bounded number of older ones. 0 keeps no history.
+    #[arg(long, env = "SNOWMINT_HISTORY_RETENTION", default_value = "30d", value_parser = parse_retention)]
+    pub history_retention: Duration,
     /// Lease TTL in seconds: an instance that cannot renew stops minting within it.
     #[arg(long, env = "SNOWMINT_LEASE_TTL", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=3600))]
     pub lease_ttl: u64,
@@ -140,18 +139,6 @@ pub struct ServeArgs {
     /// snowmint-3).
     #[arg(long, env = "SNOWMINT_PREFERRED_WORKER_ID")]
     pub preferred_worker_id: Option<u32>,
-    /// CA certificate (PEM) to verify etcd with.
-    #[arg(long, env = "SNOWMINT_ETCD_CA")]
-    pub etcd_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for etcd.
-    #[arg(long, env = "SNOWMINT_ETCD_CERT")]
-    pub etcd_cert: Option<PathBuf>,
-    /// Client key (PEM) for etcd.
-    #[arg(long, env = "SNOWMINT_ETCD_KEY")]
-    pub etcd_key: Option<PathBuf>,
-    /// etcd user; the password is read only from SNOWMINT_ETCD_PASSWORD.
-    #[arg(long, env = "SNOWMINT_ETCD_USER")]
-    pub etcd_user: Option<String>,
     /// How long the start may spend reaching etcd before giving up, in ms.
     #[arg(long, env = "SNOWMINT_ETCD_START_TIMEOUT_MS", default_value = "30000", value_parser = parse_ms)]
     pub etcd_start_timeout_ms: Duration,
@@ -207,7 +194,7 @@ impl ServeArgs {
     /// The server configuration, or the one-line reason it is invalid.
     pub fn config(&self, now_ms: i64) -> Result<ServeConfig, String> {
         let layout = self.layout.layout(now_ms)?;
-        if self.etcd_endpoints.is_empty() {
+        if self.etcd.etcd_endpoints.is_empty() {
             if let Some(&too_big) = self.worker_id.0.iter().find(|&&id| u64::from(id) > layout.max_worker()) {
                 return Err(format!(
                     "--worker-id {too_big} does not fit --worker-bits {} (maximum {})",
@@ -226,7 +213,7 @@ impl ServeArgs {
         }
         let slots = match self.slots {
             Some(slots) => slots as usize,
-            None if self.etcd_endpoints.is_empty() => self.worker_id.0.len(),
+            None if self.etcd.etcd_endpoints.is_empty() => self.worker_id.0.len(),
             None => 1,
         };
         if slots as u64 > layout.max_worker() + 1 {
@@ -265,7 +252,7 @@ impl ServeArgs {
                 self.max_outstanding_ids, self.max_batch
             ));
         }
-        let worker = if self.etcd_endpoints.is_empty() {
+        let worker = if self.etcd.etcd_endpoints.is_empty() {
             WorkerConfig::Standalone(StandaloneConfig {
                 state_dir: self.state_dir.clone(),
                 worker_ids: self.worker_id.0.clone(),
@@ -288,6 +275,7 @@ impl ServeArgs {
             forward_jump_threshold: self.forward_jump_threshold_ms,
             max_fleet_skew: self.max_fleet_skew_ms,
             shutdown_grace: self.shutdown_grace_ms,
+            history_retention: (!self.history_retention.is_zero()).then_some(self.history_retention),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()).map(|(cert, key)| GrpcTls {
                 cert,
                 key,
@@ -306,13 +294,6 @@ impl ServeArgs {
     }
 
     fn etcd_config(&self, layout: &Layout, slots: usize) -> Result<EtcdConfig, String> {
-        if self.etcd_endpoints.iter().any(|e| e.trim().is_empty()) {
-            return Err("--etcd-endpoints has an empty entry".into());
-        }
-        let prefix = self.etcd_prefix.trim_end_matches('/').to_string();
-        if !prefix.starts_with('/') {
-            return Err(format!("--etcd-prefix {:?} must start with /", self.etcd_prefix));
-        }
         let hostname = hostname();
         let preferred = match self.preferred_worker_id {
             Some(id) if u64::from(id) > layout.max_worker() => {
@@ -326,35 +307,12 @@ impl ServeArgs {
             // The pod with ordinal n prefers the n-th run of `slots` slots.
             None => ordinal_of(&hostname).and_then(|n| n.checked_mul(slots as u32)),
         };
-        let uses_tls = self.etcd_endpoints.iter().any(|e| e.starts_with("https://"))
-            || self.etcd_ca.is_some()
-            || self.etcd_cert.is_some()
-            || self.etcd_key.is_some();
-        let tls = uses_tls.then(|| EtcdTls {
-            ca: self.etcd_ca.clone(),
-            cert: self.etcd_cert.clone(),
-            key: self.etcd_key.clone(),
-        });
-        if uses_tls && self.etcd_ca.is_none() {
-            return Err("TLS to etcd needs --etcd-ca (the CA that signed the etcd server certificates)".into());
-        }
-        let password = std::env::var("SNOWMINT_ETCD_PASSWORD").ok();
-        let user = match (&self.etcd_user, password) {
-            (Some(user), Some(password)) => Some((user.clone(), password)),
-            (Some(_), None) => return Err("--etcd-user needs the password in SNOWMINT_ETCD_PASSWORD".into()),
-            (None, _) => None,
-        };
-        Ok(EtcdConfig {
-            endpoints: self.etcd_endpoints.clone(),
-            prefix,
-            lease_ttl: Duration::from_secs(self.lease_ttl),
-            preferred_worker_id: preferred,
-            slots,
-            hostname,
-            tls,
-            user,
-            start_timeout: self.etcd_start_timeout_ms,
-        })
+        let mut config = self.etcd.config(hostname)?;
+        config.lease_ttl = Duration::from_secs(self.lease_ttl);
+        config.preferred_worker_id = preferred;
+        config.slots = slots;
+        config.start_timeout = self.etcd_start_timeout_ms;
+        Ok(config)
     }
 }
 

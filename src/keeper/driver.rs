@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use super::machine::{Event, Keeper, KeeperConfig, KeeperError, LossReason, Now};
 use crate::clock::Clock;
 use crate::grant::{Holding, Minted};
+use crate::history::recorder::Tap;
 use crate::layout::rfc3339_ms;
 use crate::metrics::{Metrics, RESULT_FAILED, RESULT_OK};
 use crate::store::{Outcome, Reply, Request, Store};
@@ -111,20 +112,29 @@ struct Driver {
     /// The last failure, for the start's error line.
     last_error: Option<String>,
     in_flight: bool,
+    /// Where the slot history gets its events, if it is kept.
+    history: Option<Tap>,
     renew_failing: bool,
     write_failing: bool,
 }
 
+/// How the keeper's driver is run: the store's timeouts, and where its events go besides
+/// the logs and metrics.
+pub struct DriverConfig {
+    /// The longest one store request may take.
+    pub call_timeout: Duration,
+    /// The longest the start may take.
+    pub start_timeout: Duration,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Metrics,
+    /// The slot history's recorder, if history is kept.
+    pub history: Option<Tap>,
+}
+
 /// Starts the keeper over `store` and waits until every wanted slot is granted, at most
 /// `start_timeout`.
-pub async fn start<S: Store>(
-    store: S,
-    config: KeeperConfig,
-    call_timeout: Duration,
-    start_timeout: Duration,
-    clock: Arc<dyn Clock>,
-    metrics: Metrics,
-) -> Result<KeeperHandle, StartError> {
+pub async fn start<S: Store>(store: S, config: KeeperConfig, driver: DriverConfig) -> Result<KeeperHandle, StartError> {
+    let DriverConfig { call_timeout, start_timeout, clock, metrics, history } = driver;
     let (calls, replies, store_task) = spawn_store(store, call_timeout);
     let keeper = Keeper::new(config);
     let (holding, holding_rx) = watch::channel(keeper.holding().clone());
@@ -138,6 +148,7 @@ pub async fn start<S: Store>(
         holding,
         last_error: None,
         in_flight: false,
+        history,
         renew_failing: false,
         write_failing: false,
     };
@@ -271,6 +282,9 @@ impl Driver {
     }
 
     fn record(&mut self, event: Event) {
+        if let Some(history) = &self.history {
+            history.observe(&event);
+        }
         let m = &self.metrics;
         match event {
             Event::SessionOpened { session, ttl } => {
@@ -332,7 +346,8 @@ impl Driver {
                 m.lease_valid.set(0);
                 tracing::warn!("lease deadline passed without a renewal; minting is fenced");
             }
-            Event::ReservationsWritten { slots, until_ms } => {
+            Event::ReservationsWritten { slots } => {
+                let until_ms = slots.iter().map(|&(_, until)| until).max().unwrap_or(0);
                 m.reservation_writes.with_label_values(&[RESULT_OK]).inc();
                 if std::mem::take(&mut self.write_failing) {
                     tracing::info!(?slots, "reservation writes work again");
@@ -353,7 +368,8 @@ impl Driver {
             Event::Corrupt { slot, location, reason } => {
                 tracing::error!(worker_id = slot, %location, %reason, "stored reservation is corrupt; never overwritten")
             }
-            Event::FinalSaved { slots, until_ms } => {
+            Event::FinalSaved { slots } => {
+                let until_ms = slots.iter().map(|&(_, until)| until).max().unwrap_or(0);
                 tracing::info!(?slots, reserved_until = %rfc3339_ms(until_ms), "final reservation saved")
             }
             Event::FinalKept { why } => {

@@ -122,9 +122,9 @@ pub enum Event {
     },
     /// The boot-time deadline passed with no renewal: minting is fenced.
     DeadlinePassed,
+    /// Each slot written, with its new reservation (Unix ms).
     ReservationsWritten {
-        slots: Vec<u32>,
-        until_ms: i64,
+        slots: Vec<(u32, i64)>,
     },
     ReservationWriteFailed {
         error: String,
@@ -139,9 +139,9 @@ pub enum Event {
         location: String,
         reason: String,
     },
+    /// The final (shrunk) reservation of each slot written, Unix ms.
     FinalSaved {
-        slots: Vec<u32>,
-        until_ms: i64,
+        slots: Vec<(u32, i64)>,
     },
     /// The final reservation was left as it is, and why.
     FinalKept {
@@ -991,13 +991,9 @@ impl Keeper {
                 newly.push(slot.id);
             }
         }
-        if let Some(write) = writes.first() {
-            let slots = writes.iter().map(|w| w.slot).collect();
-            let event = if stopping {
-                Event::FinalSaved { slots, until_ms: write.until_ms }
-            } else {
-                Event::ReservationsWritten { slots, until_ms: write.until_ms }
-            };
+        if !writes.is_empty() {
+            let slots = writes.iter().map(|w| (w.slot, w.until_ms)).collect();
+            let event = if stopping { Event::FinalSaved { slots } } else { Event::ReservationsWritten { slots } };
             self.events.push_back(event);
         }
         if stopping {

@@ -37,5 +37,5 @@
 pub mod driver;
 pub mod machine;
 
-pub use driver::{KeeperHandle, StartError, start};
+pub use driver::{DriverConfig, KeeperHandle, StartError, start};
 pub use machine::{Event, Keeper, KeeperConfig, KeeperError, LossReason, Now, SlotPolicy};

@@ -7,6 +7,7 @@
 //!   to the holder's lease, so it disappears when the lease expires or is revoked.
 //! - `reservations/<id>`: the time up to which slot `<id>` may have minted. No lease: it
 //!   outlives its writer, and the next holder mints only past it.
+//! - `history/<id>/<claim>`: the slot's history ([`crate::history::etcd`]), not written here.
 //!
 //! Each request is one etcd call (a transaction where it must be atomic) on one endpoint;
 //! a failure moves the next call to the next endpoint, and the keeper decides whether and
@@ -118,14 +119,14 @@ struct Reservation {
 /// One connection per endpoint; a call goes to the current one, and a failure moves the
 /// next call to the next endpoint. (etcd-client's own balanced channel keeps routing some
 /// calls to a dead member.)
-struct Endpoints {
+pub(crate) struct Endpoints {
     clients: Vec<(String, Client)>,
     current: usize,
     call_timeout: Duration,
 }
 
 impl Endpoints {
-    async fn connect(config: &EtcdConfig) -> Result<Endpoints, StoreError> {
+    pub(crate) async fn connect(config: &EtcdConfig) -> Result<Endpoints, StoreError> {
         let call_timeout = config.call_timeout();
         let mut options = ConnectOptions::new()
             .with_connect_timeout(call_timeout)
@@ -148,7 +149,7 @@ impl Endpoints {
     }
 
     /// One attempt on the current endpoint; on failure the next call goes to the next one.
-    async fn attempt<T, F, Fut>(&mut self, what: &str, call: F) -> Result<T, String>
+    pub(crate) async fn attempt<T, F, Fut>(&mut self, what: &str, call: F) -> Result<T, String>
     where
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,

@@ -308,16 +308,14 @@ pub async fn start_keeper(
         // As `serve` does by default: the start samples other holders' clocks first.
         max_fleet_skew_ms: Some(30_000),
     };
-    keeper::start(
-        Counted { inner: store, counts },
-        keeper_config,
-        config.call_timeout(),
-        config.start_timeout,
+    let driver = keeper::DriverConfig {
+        call_timeout: config.call_timeout(),
+        start_timeout: config.start_timeout,
         clock,
-        Metrics::new(),
-    )
-    .await
-    .map_err(|e| e.to_string())
+        metrics: Metrics::new(),
+        history: None,
+    };
+    keeper::start(Counted { inner: store, counts }, keeper_config, driver).await.map_err(|e| e.to_string())
 }
 
 /// Ends every keeper: each gives its slot back.

@@ -79,6 +79,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         forward_jump_threshold: Duration::from_secs(1),
         max_fleet_skew: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(5),
+        history_retention: Some(snowmint::history::DEFAULT_RETENTION),
         tls: None,
         limits: snowmint::server::Limits::default(),
     }

@@ -1,0 +1,131 @@
+//! Slot history in etcd mode: one JSON record per claim under
+//! `<prefix>/history/<slot>/<name>`, with no lease (records outlive their writers). A close
+//! is a compare-and-set on the record's mod_revision, so the holder's own close and a
+//! successor's never overwrite each other: whichever lands first stays.
+
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use tokio::sync::Mutex;
+
+use super::{Book, Entry, HistoryError, Record};
+use crate::store::etcd::{Endpoints, EtcdConfig};
+
+/// The history under one etcd prefix, on its own connections (never the keeper's).
+pub struct EtcdBook {
+    prefix: String,
+    etcd: Mutex<Endpoints>,
+}
+
+impl EtcdBook {
+    /// Sets up the connections (they connect on first use).
+    pub async fn connect(config: &EtcdConfig) -> Result<EtcdBook, HistoryError> {
+        let etcd = Endpoints::connect(config).await.map_err(|e| HistoryError::Unavailable(e.to_string()))?;
+        Ok(EtcdBook { prefix: config.prefix.clone(), etcd: Mutex::new(etcd) })
+    }
+
+    fn slot_prefix(&self, slot: Option<u32>) -> String {
+        match slot {
+            Some(slot) => format!("{}/history/{slot}/", self.prefix),
+            None => format!("{}/history/", self.prefix),
+        }
+    }
+
+    fn key(&self, record: &Record) -> String {
+        format!("{}{}", self.slot_prefix(Some(record.worker_id)), record.name())
+    }
+
+    async fn get(&self, prefix: String, limit: Option<usize>) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
+        let mut options = GetOptions::new().with_prefix();
+        if let Some(limit) = limit {
+            options = options.with_limit(limit as i64);
+        }
+        let mut etcd = self.etcd.lock().await;
+        let got = etcd
+            .attempt("read history", |mut c| async move { c.get(prefix, Some(options)).await })
+            .await
+            .map_err(HistoryError::Unavailable)?;
+        Ok(got.kvs().to_vec())
+    }
+}
+
+fn parse(kv: &etcd_client::KeyValue) -> Result<Entry, HistoryError> {
+    let location = String::from_utf8_lossy(kv.key()).into_owned();
+    match serde_json::from_slice(kv.value()) {
+        Ok(record) => Ok(Entry { location, record }),
+        Err(e) => Err(HistoryError::Corrupt { location, reason: e.to_string() }),
+    }
+}
+
+#[tonic::async_trait]
+impl Book for EtcdBook {
+    async fn append(&self, record: &Record) -> Result<String, HistoryError> {
+        let key = self.key(record);
+        let value = serde_json::to_string(record).expect("records serialize");
+        let put = key.clone();
+        let mut etcd = self.etcd.lock().await;
+        etcd.attempt("write history", |mut c| async move { c.put(put, value, None).await })
+            .await
+            .map_err(HistoryError::Unavailable)?;
+        Ok(key)
+    }
+
+    async fn close(&self, record: &Record, closed: &Record) -> Result<bool, HistoryError> {
+        let key = self.key(record);
+        let Some(kv) = self.get(key.clone(), Some(1)).await?.into_iter().find(|kv| kv.key() == key.as_bytes()) else {
+            // Pruned, or never written (its append failed): write the closed record.
+            self.append(closed).await?;
+            return Ok(true);
+        };
+        if !parse(&kv)?.record.is_open() {
+            return Ok(false);
+        }
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision())])
+            .and_then([TxnOp::put(key, serde_json::to_string(closed).expect("records serialize"), None)]);
+        let mut etcd = self.etcd.lock().await;
+        let response = etcd
+            .attempt("close history record", |mut c| async move { c.txn(txn).await })
+            .await
+            .map_err(HistoryError::Unavailable)?;
+        // Refused: someone closed it between the read and the write.
+        Ok(response.succeeded())
+    }
+
+    async fn list(&self, slot: Option<u32>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
+        let mut entries = Vec::new();
+        let mut unreadable = Vec::new();
+        for kv in self.get(self.slot_prefix(slot), None).await? {
+            match parse(&kv) {
+                Ok(entry) => entries.push(entry),
+                Err(e) => unreadable.push(e),
+            }
+        }
+        // Keys sort as text: slot 10 before slot 2. Order by slot number, then name.
+        entries.sort_by(|a, b| (a.record.worker_id, &a.location).cmp(&(b.record.worker_id, &b.location)));
+        Ok((entries, unreadable))
+    }
+
+    async fn prune(&self, slot: u32, before_ms: i64, limit: usize) -> Result<usize, HistoryError> {
+        let mut pruned = 0;
+        for kv in self.get(self.slot_prefix(Some(slot)), Some(limit)).await? {
+            let Ok(entry) = parse(&kv) else { continue };
+            if entry.record.closed_at_ms.is_none_or(|closed| closed >= before_ms) {
+                continue;
+            }
+            // Only the version read: a record rewritten meanwhile is left for next time.
+            let txn = Txn::new()
+                .when([Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision())])
+                .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
+            let mut etcd = self.etcd.lock().await;
+            let response = etcd
+                .attempt("prune history", |mut c| async move { c.txn(txn).await })
+                .await
+                .map_err(HistoryError::Unavailable)?;
+            pruned += usize::from(response.succeeded());
+        }
+        Ok(pruned)
+    }
+
+    fn describe(&self) -> String {
+        self.slot_prefix(None)
+    }
+}

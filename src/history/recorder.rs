@@ -1,0 +1,337 @@
+//! Writes the slot history from the keeper's events, in a task of its own.
+//!
+//! The keeper's driver hands each event to a [`Tap`] without waiting (a full queue drops it,
+//! counted); the recorder turns claims into appended records, closes them on loss and
+//! release, closes a killed predecessor's record with the reservation the claim inherited,
+//! and prunes a bounded number of expired records per claim. A failed write is logged and
+//! counted: history is for audits and provenance, and never holds minting up.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{Book, ClosedBy, Holder, PRUNE_LIMIT, Record};
+use crate::clock::Clock;
+use crate::keeper::Event;
+use crate::metrics::{Metrics, RESULT_DROPPED, RESULT_FAILED, RESULT_OK};
+
+/// Events waiting for the recorder; past this, events are dropped (and counted).
+const QUEUE: usize = 1024;
+
+/// What the recorder needs beyond its book.
+#[derive(Debug, Clone)]
+pub struct RecorderConfig {
+    pub holder: Holder,
+    /// Closed records older than this are pruned.
+    pub retention: Duration,
+    /// Whether the keeper's session is an etcd lease worth recording (standalone: no).
+    pub leased: bool,
+    /// The slots the layout has, for spreading the pruning over them.
+    pub slots: u64,
+}
+
+/// Where the keeper's driver drops its events.
+#[derive(Clone)]
+pub struct Tap {
+    events: mpsc::Sender<Event>,
+    metrics: Metrics,
+}
+
+impl Tap {
+    /// Hands `event` over if the history needs it; never waits.
+    pub fn observe(&self, event: &Event) {
+        let wanted = matches!(
+            event,
+            Event::SessionOpened { .. }
+                | Event::SlotTaken { .. }
+                | Event::SlotLost { .. }
+                | Event::ReservationsWritten { .. }
+                | Event::FinalSaved { .. }
+                | Event::Closed
+        );
+        if wanted && self.events.try_send(event.clone()).is_err() {
+            self.metrics.history_writes.with_label_values(&[RESULT_DROPPED]).inc();
+            tracing::warn!("slot history falls behind; an event was dropped and the history has a gap");
+        }
+    }
+}
+
+/// The running recorder.
+pub struct RecorderHandle {
+    task: JoinHandle<()>,
+}
+
+impl RecorderHandle {
+    /// Waits, at most `limit`, for the records still queued once the keeper has ended (its
+    /// tap dropped).
+    pub async fn finish(self, limit: Duration) {
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(limit, self.task).await.is_err() {
+            abort.abort();
+            tracing::warn!(?limit, "slot history not fully written before the stop; the next holder closes it");
+        }
+    }
+}
+
+/// Starts the recorder writing to `book`.
+pub fn spawn(
+    book: Arc<dyn Book>,
+    config: RecorderConfig,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+) -> (Tap, RecorderHandle) {
+    let (events, mut queue) = mpsc::channel(QUEUE);
+    let tap = Tap { events, metrics: metrics.clone() };
+    let mut recorder =
+        Recorder { book, config, clock, metrics, lease: 0, open: BTreeMap::new(), finals: BTreeMap::new() };
+    let task = tokio::spawn(async move {
+        while let Some(event) = queue.recv().await {
+            recorder.handle(event).await;
+        }
+    });
+    (tap, RecorderHandle { task })
+}
+
+/// An open record of this process, with its latest confirmed reservation.
+struct Open {
+    record: Record,
+    confirmed_ms: i64,
+}
+
+struct Recorder {
+    book: Arc<dyn Book>,
+    config: RecorderConfig,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+    lease: i64,
+    open: BTreeMap<u32, Open>,
+    /// The final reservations saved on the way out.
+    finals: BTreeMap<u32, i64>,
+}
+
+impl Recorder {
+    async fn handle(&mut self, event: Event) {
+        match event {
+            Event::SessionOpened { session, .. } => self.lease = if self.config.leased { session } else { 0 },
+            Event::ReservationsWritten { slots } => {
+                for (slot, until) in slots {
+                    if let Some(open) = self.open.get_mut(&slot) {
+                        open.confirmed_ms = open.confirmed_ms.max(until);
+                    }
+                }
+            }
+            Event::SlotTaken { slot, claim, floor_ms, reserved_ms, .. } => {
+                self.taken(slot, claim, floor_ms.unwrap_or(0), reserved_ms).await
+            }
+            Event::SlotLost { slot, .. } => {
+                if let Some(open) = self.open.remove(&slot) {
+                    self.close(&open.record, open.confirmed_ms, ClosedBy::Lost).await;
+                }
+            }
+            Event::FinalSaved { slots } => self.finals.extend(slots),
+            Event::Closed => {
+                for (slot, open) in std::mem::take(&mut self.open) {
+                    let last = self.finals.get(&slot).copied().unwrap_or(open.confirmed_ms);
+                    self.close(&open.record, last, ClosedBy::Release).await;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn taken(&mut self, slot: u32, claim: u64, floor_ms: i64, reserved_ms: i64) {
+        let now = self.clock.wall_ms();
+        let record = Record {
+            worker_id: slot,
+            holder: self.config.holder.clone(),
+            lease: self.lease,
+            claim,
+            claimed_at_ms: now,
+            floor_ms,
+            last_reservation_ms: None,
+            closed_at_ms: None,
+            closed_by: None,
+        };
+        match self.book.append(&record).await {
+            Ok(location) => {
+                self.counted(true);
+                tracing::debug!(worker_id = slot, %location, "slot history record written");
+            }
+            Err(error) => self.failed("record the claim", &error.to_string()),
+        }
+        // A predecessor's record still open: it was killed, or its close failed. It minted
+        // nothing above what this claim inherited.
+        match self.book.list(Some(slot)).await {
+            Ok((entries, _)) => {
+                for entry in entries {
+                    let earlier = (entry.record.claimed_at_ms, entry.record.claim) < (now, claim);
+                    if entry.record.is_open() && earlier && entry.record.name() != record.name() {
+                        self.close(&entry.record, floor_ms, ClosedBy::Successor).await;
+                    }
+                }
+            }
+            Err(error) => self.failed("read the slot's history", &error.to_string()),
+        }
+        self.open.insert(slot, Open { record, confirmed_ms: reserved_ms });
+        // Bounded pruning: this slot's oldest records, and those of one other slot.
+        let before = now - self.config.retention.as_millis() as i64;
+        let other = (now as u64 ^ claim.rotate_left(17)) % self.config.slots.max(1);
+        for prune in [slot, other as u32] {
+            match self.book.prune(prune, before, PRUNE_LIMIT).await {
+                Ok(n) => self.metrics.history_pruned.inc_by(n as u64),
+                Err(error) => self.failed("prune", &error.to_string()),
+            }
+            if other as u32 == slot {
+                break;
+            }
+        }
+    }
+
+    async fn close(&mut self, record: &Record, last_ms: i64, by: ClosedBy) {
+        let closed = record.closed(last_ms, self.clock.wall_ms(), by);
+        match self.book.close(record, &closed).await {
+            Ok(_) => self.counted(true),
+            Err(error) => self.failed("close a record", &error.to_string()),
+        }
+    }
+
+    fn counted(&self, ok: bool) {
+        self.metrics.history_writes.with_label_values(&[if ok { RESULT_OK } else { RESULT_FAILED }]).inc();
+    }
+
+    fn failed(&self, what: &str, error: &str) {
+        self.counted(false);
+        tracing::warn!(
+            what,
+            error,
+            book = %self.book.describe(),
+            "slot history not written; minting goes on and the history has a gap"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::history::audit::audit;
+    use crate::history::file::FileBook;
+
+    fn config(pid_host: &str) -> RecorderConfig {
+        RecorderConfig {
+            holder: Holder::this_process(pid_host.into(), 1),
+            retention: Duration::from_secs(3600),
+            leased: true,
+            slots: 1024,
+        }
+    }
+
+    fn taken(slot: u32, claim: u64, floor: Option<i64>, reserved: i64) -> Event {
+        Event::SlotTaken { slot, claim, floor_ms: floor, reserved_ms: reserved, resumed: false }
+    }
+
+    async fn run(book: &Arc<FileBook>, clock: &Arc<ManualClock>, host: &str, events: Vec<Event>) {
+        let (tap, handle) = spawn(book.clone(), config(host), clock.clone() as Arc<dyn Clock>, Metrics::new());
+        for event in &events {
+            tap.observe(event);
+        }
+        drop(tap);
+        handle.finish(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn a_release_a_kill_and_a_successor_leave_a_history_that_audits_clean() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = Arc::new(FileBook::new(dir.path()));
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        // The first holder claims slot 3, extends, and releases with a shrunk reservation.
+        run(
+            &book,
+            &clock,
+            "a",
+            vec![
+                Event::SessionOpened { session: 0xa, ttl: None },
+                Event::ReservationsWritten { slots: vec![(3, 1_003_000)] },
+                taken(3, 1, None, 1_003_000),
+                Event::ReservationsWritten { slots: vec![(3, 1_006_000)] },
+                Event::FinalSaved { slots: vec![(3, 1_004_500)] },
+                Event::Closed,
+            ],
+        )
+        .await;
+        // The second claims it above that, and is killed: its record stays open.
+        clock.set_wall(1_010_000);
+        run(
+            &book,
+            &clock,
+            "b",
+            vec![
+                Event::SessionOpened { session: 0xb, ttl: None },
+                taken(3, 1, Some(1_004_500), 1_013_000),
+                Event::ReservationsWritten { slots: vec![(3, 1_016_000)] },
+            ],
+        )
+        .await;
+        // The third finds it open and closes it with the reservation it inherited.
+        clock.set_wall(1_030_000);
+        run(
+            &book,
+            &clock,
+            "c",
+            vec![Event::SessionOpened { session: 0xc, ttl: None }, taken(3, 1, Some(1_016_000), 1_033_000)],
+        )
+        .await;
+        let (entries, _) = book.list(Some(3)).await.unwrap();
+        let ends: Vec<_> =
+            entries.iter().map(|e| (e.record.floor_ms, e.record.last_reservation_ms, e.record.closed_by)).collect();
+        assert_eq!(
+            ends,
+            [
+                (0, Some(1_004_500), Some(ClosedBy::Release)),
+                (1_004_500, Some(1_016_000), Some(ClosedBy::Successor)),
+                (1_016_000, None, None),
+            ]
+        );
+        assert_eq!(entries[1].record.lease, 0xb);
+        let report = audit(&entries);
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.hand_overs, 2);
+    }
+
+    #[tokio::test]
+    async fn a_history_that_cannot_be_written_is_counted_and_nothing_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        // The history dir is a file: every write fails.
+        std::fs::write(dir.path().join("history"), "").unwrap();
+        let book = Arc::new(FileBook::new(dir.path()));
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let metrics = Metrics::new();
+        let (tap, handle) = spawn(book.clone(), config("a"), clock.clone() as Arc<dyn Clock>, metrics.clone());
+        tap.observe(&taken(3, 1, None, 1_003_000));
+        tap.observe(&Event::Closed);
+        drop(tap);
+        handle.finish(Duration::from_secs(5)).await;
+        assert!(metrics.history_writes.with_label_values(&[RESULT_FAILED]).get() >= 2);
+        assert_eq!(metrics.history_writes.with_label_values(&[RESULT_OK]).get(), 0);
+    }
+
+    #[tokio::test]
+    async fn old_closed_records_are_pruned_at_a_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = Arc::new(FileBook::new(dir.path()));
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        run(&book, &clock, "a", vec![taken(3, 1, None, 1_003_000), Event::Closed]).await;
+        // Within the retention: kept.
+        clock.set_wall(1_000_000 + 3_000_000);
+        run(&book, &clock, "b", vec![taken(3, 1, Some(1_003_000), 4_003_000), Event::Closed]).await;
+        assert_eq!(book.list(Some(3)).await.unwrap().0.len(), 2);
+        // Past it (an hour here): the first goes at the next claim; the others stay.
+        clock.set_wall(1_000_000 + 3_700_000);
+        run(&book, &clock, "c", vec![taken(3, 1, Some(4_003_000), 4_703_000)]).await;
+        let pids: Vec<i64> = book.list(Some(3)).await.unwrap().0.iter().map(|e| e.record.floor_ms).collect();
+        assert_eq!(pids, [1_003_000, 4_003_000]);
+    }
+}
