@@ -13,7 +13,7 @@ use prometheus::{
 };
 
 /// The RPC methods of the `IdService`, as they appear in the `method` label.
-pub const METHODS: [&str; 3] = ["NextId", "BatchIds", "Decode"];
+pub const METHODS: [&str; 4] = ["NextId", "BatchIds", "Decode", "Reveal"];
 
 /// The methods that ask the minter for IDs, as they appear in the `method` label of the
 /// minter's queue metrics.

@@ -243,6 +243,13 @@ pub struct Keeper {
     extend_asap: bool,
     /// When the fleet's slots are next counted (etcd mode, once started).
     next_count: Option<Duration>,
+    /// When this session last did something that may leave a slot bound to it unseen: a
+    /// claim of unknown outcome (it may commit late, even as a delayed copy), or a slot lost
+    /// while the session lives. Until `UNSETTLED_FOR` TTLs after it, the slots are listed
+    /// every TTL and any bound to the session and not used are adopted or given back, so
+    /// that no other instance is kept out of a slot this one does not mint on.
+    unsettled_since: Option<Duration>,
+    next_reconcile: Option<Duration>,
     /// When other holders' clocks are next sampled (the fleet's clock check).
     next_sample: Option<Duration>,
     /// Why minting is stopped while the clock disagrees with the fleet's.
@@ -273,6 +280,10 @@ const COUNT_EVERY: Duration = Duration::from_secs(30);
 /// one of as many reservations.
 const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 const SAMPLE_PEERS: u32 = 9;
+/// How many TTLs after a claim of unknown outcome (or a loss) the session keeps checking
+/// for slots bound to it that it does not use. A request outlives its call timeout (a fifth
+/// of the TTL at most) only as a rare late copy.
+const UNSETTLED_FOR: u32 = 5;
 
 impl Keeper {
     pub fn new(config: KeeperConfig) -> Keeper {
@@ -300,6 +311,8 @@ impl Keeper {
             progress: Vec::new(),
             extend_asap: false,
             next_count: None,
+            unsettled_since: None,
+            next_reconcile: None,
             next_sample: None,
             skew_refusal: None,
             next_claim_at: None,
@@ -363,6 +376,7 @@ impl Keeper {
             consider(self.retry_at);
             // Nothing but a renewal goes out before a retry is due.
             let not_before = self.retry_at.unwrap_or_default();
+            consider(self.next_reconcile.map(|t| t.max(not_before)));
             consider(self.next_count.map(|t| t.max(not_before)));
             if self.wants_more_slots() {
                 consider(self.next_claim_at.map(|t| t.max(not_before)));
@@ -452,7 +466,7 @@ impl Keeper {
                 self.written(now, writes, versions)
             }
             (Request::WriteReservations { writes, .. }, Reply::WriteRefused { not_ours, current }) => {
-                self.write_refused(writes, not_ours, current)
+                self.write_refused(now, writes, not_ours, current)
             }
             (Request::Renew { session }, Reply::Renewed { ttl }) => self.renewed(now, sent, session, ttl),
             (Request::Renew { session }, Reply::SessionGone) => self.session_gone(session),
@@ -511,6 +525,12 @@ impl Keeper {
         }
         if let Some(write) = self.next_write_request(session, now) {
             return Some(write);
+        }
+        if self.next_reconcile.is_some_and(|at| now.boot >= at) {
+            let ttl = self.config.ttl;
+            let settled = self.unsettled_since.is_none_or(|since| now.boot >= since + ttl * UNSETTLED_FOR);
+            self.next_reconcile = (!settled).then(|| now.boot + ttl);
+            return Some(Request::ListSlots { session });
         }
         if self.next_count.is_some_and(|at| now.boot >= at) {
             self.next_count = Some(now.boot + COUNT_EVERY);
@@ -783,8 +803,12 @@ impl Keeper {
             }
             Request::Claim { .. } => {
                 // The claim may have committed with its reply lost: list again, and a slot
-                // that carries this session is adopted as this instance's own.
+                // that carries this session is adopted as this instance's own. It may also
+                // commit later still: keep checking for a while.
                 self.listing = None;
+                if outcome == Outcome::Unknown {
+                    self.unsettled(now);
+                }
                 self.events.push_back(Event::RequestFailed { request: request.name(), error });
             }
             _ => self.events.push_back(Event::RequestFailed { request: request.name(), error }),
@@ -818,6 +842,9 @@ impl Keeper {
         self.session =
             Some(Session { id: session, ttl, deadline, next_renew, deadline_reported: false, renew_failing: false });
         self.listing = None;
+        // Whatever the old session may have left bound to it goes with its lease.
+        self.unsettled_since = None;
+        self.next_reconcile = None;
         if self.next_sample.is_none()
             && self.config.max_fleet_skew_ms.is_some()
             && matches!(self.config.policy, SlotPolicy::Leased { .. })
@@ -1015,7 +1042,7 @@ impl Keeper {
         self.publish();
     }
 
-    fn write_refused(&mut self, writes: Vec<Write>, not_ours: Vec<u32>, current: Vec<SlotRead>) {
+    fn write_refused(&mut self, now: Now, writes: Vec<Write>, not_ours: Vec<u32>, current: Vec<SlotRead>) {
         if self.stopping.is_some() {
             self.events.push_back(Event::FinalKept { why: "the reservation changed or the slot was lost" });
             return;
@@ -1031,6 +1058,9 @@ impl Keeper {
         }
         for slot in not_ours {
             self.lose(slot, LossReason::NotOurs);
+            // The key went (deleted by hand) while the lease lives: a late copy of a claim
+            // could bind a slot to it again.
+            self.unsettled(now);
         }
         let _ = writes;
         self.publish();
@@ -1061,6 +1091,16 @@ impl Keeper {
             self.lose(id, LossReason::SessionGone);
         }
         self.publish();
+    }
+
+    /// Something may leave a slot bound to this session unseen: check for a while.
+    fn unsettled(&mut self, now: Now) {
+        if !matches!(self.config.policy, SlotPolicy::Leased { .. }) {
+            return;
+        }
+        self.unsettled_since = Some(now.boot);
+        let first = now.boot + self.config.ttl;
+        self.next_reconcile = Some(self.next_reconcile.map_or(first, |at| at.min(first)));
     }
 
     fn lose(&mut self, id: u32, reason: LossReason) {
@@ -1264,6 +1304,71 @@ mod tests {
         k.finish(Minted::Unknown);
         let (_, request) = k.poll_request(at(10)).expect("the stop goes on after the fatal error");
         assert_eq!(request, Request::CloseSession { session: 77 });
+    }
+
+    /// A claim whose reply was lost may commit later (a delayed copy): the slot it binds to
+    /// the lease, unused, would keep every other instance out of it for as long as this one
+    /// lives. For a while after such a claim the keeper lists its own slots and gives back
+    /// any it does not use (found by the simulator, seed 320391).
+    #[test]
+    fn a_claim_that_commits_after_its_failure_is_given_back() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
+        let taken: Vec<u32> = (0..1024).filter(|&s| s != 4 && s != 5).collect();
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: taken.clone(), ours: vec![] });
+        let claim =
+            exchange(&mut k, at(0), |_| Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown });
+        let Request::Claim { slot: tried, .. } = claim else { panic!("{claim:?}") };
+        let other = if tried == 4 { 5 } else { 4 };
+        // Listed again after a backoff: the claim has not landed yet.
+        let mut now = 0;
+        let mut released = None;
+        let mut guard = 0;
+        while released.is_none() {
+            guard += 1;
+            assert!(guard < 200, "the late claim's slot was never given back");
+            now += 100;
+            let Some((id, request)) = k.poll_request(at(now)) else { continue };
+            let landed = now >= 2_000;
+            let reply = match &request {
+                Request::ListSlots { .. } if !landed => Reply::Slots { taken: taken.clone(), ours: vec![] },
+                // The claim landed late: both slots carry the lease, one is in use.
+                Request::ListSlots { .. } => {
+                    let mut all = taken.clone();
+                    all.extend([4, 5]);
+                    Reply::Slots { taken: all, ours: vec![4, 5] }
+                }
+                // Claims of that slot keep failing (they too may land late); the other is won.
+                Request::Claim { slot, .. } if *slot == tried => {
+                    Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown }
+                }
+                Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: true },
+                Request::ReadReservations { slots, .. } => Reply::Reservations(
+                    slots
+                        .iter()
+                        .map(|&slot| SlotRead {
+                            slot,
+                            location: format!("/p/reservations/{slot}"),
+                            stored: Stored::Absent,
+                        })
+                        .collect(),
+                ),
+                Request::WriteReservations { writes, .. } => {
+                    Reply::Written(writes.iter().map(|w| (w.slot, Version::At(now as i64))).collect())
+                }
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::CountSlots => Reply::SlotCount { taken: 1023 },
+                Request::Release { slot, .. } => {
+                    released = Some(*slot);
+                    Reply::Released
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            k.handle_reply(at(now), id, reply);
+        }
+        assert_eq!(released, Some(tried), "the slot claimed late is given back, the one in use kept");
+        assert_eq!(granted(&mut k).slots.iter().map(|s| s.worker_id).collect::<Vec<_>>(), [other]);
+        assert!(now <= 2_000 + 3_000 + 500, "given back within a TTL of landing, at {now} ms");
     }
 
     /// Finding 3: a stored reservation outside the layout's time range stops the start,

@@ -103,6 +103,10 @@ impl Params {
         let ttl_us = ttl.as_micros() as u64;
         // Back steps up to 3 s, a window, claims and renewals: the slowest recovery.
         let recovery_bound = 3 * SECOND + window_ms as u64 * MS + 3 * ttl_us + 2 * SECOND;
+        // After the bound, a machine must mint again before the end. The network loses 1% of
+        // requests even once the faults stop, and a lost request costs a call timeout (a
+        // fifth of the TTL, 0.3 to 2 s): the tail leaves room for three lost in a row.
+        let tail = 2 * SECOND + 3 * (ttl_us / 5).clamp(300 * MS, 2 * SECOND);
         Params {
             mode,
             machines,
@@ -116,7 +120,7 @@ impl Params {
             max_fleet_skew_ms,
             clock_only: false,
             fault_until,
-            end: fault_until + recovery_bound + 2 * SECOND,
+            end: fault_until + recovery_bound + tail,
             recovery_bound,
             fault_every: rng.between(200, 800) * MS,
             ask_every: rng.between(5, 30) * MS,
@@ -851,6 +855,7 @@ impl World {
                 // Lost on the way (never in a clock-only world, whose refusals must come from
                 // the clock alone).
                 if self.machines[m].partitioned || (self.rng.chance(0.01) && !self.params.clock_only) {
+                    self.trace(|| format!("m{m} request #{id} lost"));
                     return;
                 }
                 let at = self.now + self.delay(m);
@@ -924,6 +929,7 @@ impl World {
             || (self.params.mode == Mode::Etcd
                 && (self.machines[m].partitioned || (self.machines[m].reply_loss && self.rng.chance(0.6))))
         {
+            self.trace(|| format!("m{m} reply to #{id} lost (copy {copy})"));
             return; // the reply is lost (or this was a duplicate nobody waits for)
         }
         let at = match self.params.mode {
