@@ -192,6 +192,7 @@ COUNTERS = [
     "snowmint_clock_backward_total", "snowmint_clock_forward_jumps_total",
     "snowmint_sequence_exhausted_total", "snowmint_sequence_wait_seconds_total",
     "snowmint_lease_renewals_total", "snowmint_clock_forward_jumps_adopted_total",
+    "snowmint_history_writes_total", "snowmint_history_pruned_total",
 ]
 GAUGES = [
     "snowmint_lease_valid", "snowmint_minting", "snowmint_worker_id",

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::child::Child;
+use common::child::{Child, output_within};
 use common::fleet::longest_refusal;
 use common::netns::{self, Host, Net};
 use common::{HammerLog, Process, assert_increasing, binary, hammer_into, serial};
@@ -38,6 +38,8 @@ struct Cluster {
     log: Arc<Mutex<HammerLog>>,
     instance: Option<Process>,
     etcd: Vec<Child>,
+    /// The etcd client URLs, inside the namespaces.
+    endpoints: String,
     net: Net,
     _dir: tempfile::TempDir,
 }
@@ -95,7 +97,7 @@ impl Cluster {
                 hammer_into(addr, stop, log, Duration::from_millis(2)).await.unwrap();
             })
         };
-        Cluster { client: Some((client, stop)), log, instance: Some(instance), etcd, net, _dir: dir }
+        Cluster { client: Some((client, stop)), log, instance: Some(instance), etcd, endpoints, net, _dir: dir }
     }
 
     fn etcd_hosts(&self) -> Vec<&Host> {
@@ -128,6 +130,13 @@ impl Cluster {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), ids.len(), "{} duplicate IDs", ids.len() - sorted.len());
+        // Every re-claim after a cut is on record, and the windows chain without overlap.
+        self.net.heal_all();
+        let mut audit = self.net.host("c0").command(binary());
+        audit.args(["audit", "--etcd-endpoints", &self.endpoints]);
+        let out = output_within(audit, Duration::from_secs(30));
+        assert_eq!(out.code, 0, "snowmint audit failed:\n{}{}", out.stdout, out.stderr);
+        eprintln!("audit: {}", out.stdout.trim());
         ids.len()
     }
 }

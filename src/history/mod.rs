@@ -77,8 +77,9 @@ pub struct Record {
     pub claim: u64,
     /// When the claim was taken, Unix ms.
     pub claimed_at_ms: i64,
-    /// The holder mints only ticks above this (its predecessor's last reservation), Unix ms;
-    /// 0 when the slot had none.
+    /// The holder mints only ticks above this, Unix ms: its predecessor's last reservation,
+    /// or, when it inherited none (a slot's first claim, a lost state file accepted with
+    /// --accept-missing-state), its own clock at the claim.
     pub floor_ms: i64,
     /// The end of the minting window: the holder's last reservation, Unix ms. `None` while
     /// the record is open.

@@ -36,12 +36,15 @@ pub struct RecorderConfig {
 /// Where the keeper's driver drops its events.
 #[derive(Clone)]
 pub struct Tap {
-    events: mpsc::Sender<Event>,
+    events: mpsc::Sender<(i64, Event)>,
+    clock: Arc<dyn Clock>,
     metrics: Metrics,
 }
 
 impl Tap {
-    /// Hands `event` over if the history needs it; never waits.
+    /// Hands `event` over if the history needs it, stamped with the wall clock now; never
+    /// waits. The driver calls it before it publishes the holding an event comes with, so a
+    /// claim's stamp is no later than the first ID minted under it.
     pub fn observe(&self, event: &Event) {
         let wanted = matches!(
             event,
@@ -52,7 +55,7 @@ impl Tap {
                 | Event::FinalSaved { .. }
                 | Event::Closed
         );
-        if wanted && self.events.try_send(event.clone()).is_err() {
+        if wanted && self.events.try_send((self.clock.wall_ms(), event.clone())).is_err() {
             self.metrics.history_writes.with_label_values(&[RESULT_DROPPED]).inc();
             tracing::warn!("slot history falls behind; an event was dropped and the history has a gap");
         }
@@ -84,12 +87,11 @@ pub fn spawn(
     metrics: Metrics,
 ) -> (Tap, RecorderHandle) {
     let (events, mut queue) = mpsc::channel(QUEUE);
-    let tap = Tap { events, metrics: metrics.clone() };
-    let mut recorder =
-        Recorder { book, config, clock, metrics, lease: 0, open: BTreeMap::new(), finals: BTreeMap::new() };
+    let tap = Tap { events, clock, metrics: metrics.clone() };
+    let mut recorder = Recorder { book, config, metrics, lease: 0, open: BTreeMap::new(), finals: BTreeMap::new() };
     let task = tokio::spawn(async move {
-        while let Some(event) = queue.recv().await {
-            recorder.handle(event).await;
+        while let Some((at_ms, event)) = queue.recv().await {
+            recorder.handle(at_ms, event).await;
         }
     });
     (tap, RecorderHandle { task })
@@ -104,7 +106,6 @@ struct Open {
 struct Recorder {
     book: Arc<dyn Book>,
     config: RecorderConfig,
-    clock: Arc<dyn Clock>,
     metrics: Metrics,
     lease: i64,
     open: BTreeMap<u32, Open>,
@@ -113,7 +114,8 @@ struct Recorder {
 }
 
 impl Recorder {
-    async fn handle(&mut self, event: Event) {
+    /// Records `event`, which happened at `at_ms` by this holder's wall clock.
+    async fn handle(&mut self, at_ms: i64, event: Event) {
         match event {
             Event::SessionOpened { session, .. } => self.lease = if self.config.leased { session } else { 0 },
             Event::ReservationsWritten { slots } => {
@@ -124,26 +126,28 @@ impl Recorder {
                 }
             }
             Event::SlotTaken { slot, claim, floor_ms, reserved_ms, .. } => {
-                self.taken(slot, claim, floor_ms.unwrap_or(0), reserved_ms).await
+                self.taken(at_ms, slot, claim, floor_ms, reserved_ms).await
             }
             Event::SlotLost { slot, .. } => {
                 if let Some(open) = self.open.remove(&slot) {
-                    self.close(&open.record, open.confirmed_ms, ClosedBy::Lost).await;
+                    self.close(at_ms, &open.record, open.confirmed_ms, ClosedBy::Lost).await;
                 }
             }
             Event::FinalSaved { slots } => self.finals.extend(slots),
             Event::Closed => {
                 for (slot, open) in std::mem::take(&mut self.open) {
                     let last = self.finals.get(&slot).copied().unwrap_or(open.confirmed_ms);
-                    self.close(&open.record, last, ClosedBy::Release).await;
+                    self.close(at_ms, &open.record, last, ClosedBy::Release).await;
                 }
             }
             _ => {}
         }
     }
 
-    async fn taken(&mut self, slot: u32, claim: u64, floor_ms: i64, reserved_ms: i64) {
-        let now = self.clock.wall_ms();
+    async fn taken(&mut self, now: i64, slot: u32, claim: u64, inherited: Option<i64>, reserved_ms: i64) {
+        // With no reservation inherited (a slot's first claim, or a state file lost and its
+        // loss accepted), the holder mints from its own clock at the claim on.
+        let floor_ms = inherited.unwrap_or(now - 1);
         let record = Record {
             worker_id: slot,
             holder: self.config.holder.clone(),
@@ -162,14 +166,15 @@ impl Recorder {
             }
             Err(error) => self.failed("record the claim", &error.to_string()),
         }
-        // A predecessor's record still open: it was killed, or its close failed. It minted
-        // nothing above what this claim inherited.
+        // Any other record of the slot still open: its holder was killed, or its close
+        // failed. It minted nothing above the reservation this claim inherited (every
+        // reservation it wrote was stored before this claim), so that is where its window
+        // ends. (Not judged by claim times: they come from each holder's own clock.)
         match self.book.list(Some(slot)).await {
             Ok((entries, _)) => {
                 for entry in entries {
-                    let earlier = (entry.record.claimed_at_ms, entry.record.claim) < (now, claim);
-                    if entry.record.is_open() && earlier && entry.record.name() != record.name() {
-                        self.close(&entry.record, floor_ms, ClosedBy::Successor).await;
+                    if entry.record.is_open() && entry.record.name() != record.name() {
+                        self.close(now, &entry.record, floor_ms, ClosedBy::Successor).await;
                     }
                 }
             }
@@ -190,8 +195,8 @@ impl Recorder {
         }
     }
 
-    async fn close(&mut self, record: &Record, last_ms: i64, by: ClosedBy) {
-        let closed = record.closed(last_ms, self.clock.wall_ms(), by);
+    async fn close(&mut self, now: i64, record: &Record, last_ms: i64, by: ClosedBy) {
+        let closed = record.closed(last_ms, now, by);
         match self.book.close(record, &closed).await {
             Ok(_) => self.counted(true),
             Err(error) => self.failed("close a record", &error.to_string()),
@@ -290,7 +295,7 @@ mod tests {
         assert_eq!(
             ends,
             [
-                (0, Some(1_004_500), Some(ClosedBy::Release)),
+                (999_999, Some(1_004_500), Some(ClosedBy::Release)),
                 (1_004_500, Some(1_016_000), Some(ClosedBy::Successor)),
                 (1_016_000, None, None),
             ]

@@ -260,11 +260,12 @@ impl Driver {
 
     /// Publishes the holding and records the events.
     fn flush(&mut self) {
-        if let Some(holding) = self.keeper.poll_holding() {
-            self.holding.send_replace(holding);
-        }
+        // Events first: the history stamps a claim before the minter can mint under it.
         while let Some(event) = self.keeper.poll_event() {
             self.record(event);
+        }
+        if let Some(holding) = self.keeper.poll_holding() {
+            self.holding.send_replace(holding);
         }
         match &*self.holding.borrow() {
             Holding::Held(grant) => {

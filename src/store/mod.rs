@@ -184,7 +184,7 @@ pub enum StoreError {
     )]
     StateCorrupt { path: String, reason: String, worker_id: u32 },
     #[error(
-        "state file {path} is missing, but worker {worker_id} ran in this state dir before: the IDs it minted may not be covered; if the host clock is right (past every ID this worker minted), start once with --accept-missing-state"
+        "state file {path} is missing, but worker {worker_id} ran in this state dir before: the IDs it minted may not be covered; if the host clock is right and past every ID this worker minted (a run may mint up to --max-clock-drift-ms ahead of its clock: wait that long after it stopped), start once with --accept-missing-state"
     )]
     StateMissing { path: String, worker_id: u32 },
     #[error("state dir {dir} is in use by another snowmint process for worker {worker_id} (lock {lock})")]

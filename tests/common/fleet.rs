@@ -346,7 +346,29 @@ impl Fleet {
         for node in &mut self.nodes {
             node.terminate().await;
         }
-        (self.check_ids(), self.outcomes)
+        let checked = self.check_ids();
+        self.audit();
+        (checked, self.outcomes)
+    }
+
+    /// `snowmint audit` of the fleet's slot history passes: every hand-over the faults
+    /// caused is on record, and no two holders' windows overlap.
+    pub fn audit(&self) {
+        let mut args = vec!["audit".to_string()];
+        match self.nodes.first().map(|n| &n.mode) {
+            Some(Mode::Etcd { endpoints, prefix }) => {
+                args.extend(["--etcd-endpoints".into(), endpoints.clone(), "--etcd-prefix".into(), prefix.clone()]);
+            }
+            Some(Mode::Standalone { state_dir, .. }) => {
+                args.extend(["--state-dir".into(), state_dir.display().to_string()]);
+            }
+            None => return,
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = super::run_binary(&args);
+        assert_eq!(code, 0, "snowmint audit failed:\n{stdout}{stderr}");
+        assert!(stdout.contains("holders"), "{stdout}");
+        eprintln!("audit: {}", stdout.trim());
     }
 }
 
@@ -737,8 +759,11 @@ pub async fn break_state_file(fleet: &mut Fleet, how: &'static str) -> Outcome {
     let (code, stderr) = node.run_to_exit(&[]);
     assert_ne!(code, 0, "started on a {how} state file");
     assert!(stderr.lines().last().unwrap_or_default().contains(expected), "{stderr}");
-    // The operator resets it deliberately: remove it, and accept the missing state once.
+    // The operator resets it deliberately: remove it, and accept the missing state once,
+    // after waiting out --max-clock-drift-ms (10 s): the killed run may have minted that far
+    // ahead of its clock. (Without the wait the audit at the end flags the hand-over.)
     let _ = std::fs::remove_file(&path);
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
     let restarted = Instant::now();
     node.start_with(&["--accept-missing-state"]);
     let recovery = node.recovered_after(restarted, Duration::from_secs(10)).await;

@@ -442,7 +442,8 @@ type Provenance struct {
 	Lease int64 `protobuf:"varint,10,opt,name=lease,proto3" json:"lease,omitempty"`
 	// When the claim was taken, Unix ms.
 	ClaimedAtMs int64 `protobuf:"varint,11,opt,name=claimed_at_ms,json=claimedAtMs,proto3" json:"claimed_at_ms,omitempty"`
-	// The holder minted only ticks above this time (its predecessor's last reservation), Unix ms.
+	// The holder minted only ticks above this time, Unix ms: its predecessor's last
+	// reservation, or its own clock at the claim when it inherited none.
 	FloorMs int64 `protobuf:"varint,12,opt,name=floor_ms,json=floorMs,proto3" json:"floor_ms,omitempty"`
 	// The record's end: the holder's last reservation, Unix ms; 0 while it still holds the slot.
 	LastReservationMs int64 `protobuf:"varint,13,opt,name=last_reservation_ms,json=lastReservationMs,proto3" json:"last_reservation_ms,omitempty"`
