@@ -28,7 +28,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 
-use aes::Aes256;
+use aes::Aes256Enc;
 use fpe::ff1::{FF1, NumeralString, Operations};
 use zeroize::Zeroizing;
 
@@ -202,7 +202,9 @@ const TWEAK: &[u8] = &[];
 /// One key: a permutation of `[0, 2^63)` and its version.
 pub struct OpaqueKey {
     version: u32,
-    ff1: FF1<Aes256>,
+    /// AES-256's encryption alone: FF1 runs the block cipher forward both ways, and the
+    /// algorithm clones it for each of its ten rounds.
+    ff1: FF1<Aes256Enc>,
 }
 
 impl OpaqueKey {
@@ -211,7 +213,7 @@ impl OpaqueKey {
         if !KEY_VERSIONS.contains(&version) {
             return Err(OpaqueError::VersionOutOfRange { version });
         }
-        let ff1 = FF1::<Aes256>::new(key, 2).expect("radix 2 is a valid radix");
+        let ff1 = FF1::<Aes256Enc>::new(key, 2).expect("radix 2 is a valid radix");
         Ok(OpaqueKey { version, ff1 })
     }
 
@@ -485,6 +487,7 @@ fn parse_key(hex: &str, line: usize) -> Result<Zeroizing<[u8; KEY_BYTES]>, KeyEr
 
 #[cfg(test)]
 mod tests {
+    use aes::Aes256;
     use fpe::ff1::FlexibleNumeralString;
     use proptest::prelude::*;
 
