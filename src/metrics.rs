@@ -13,7 +13,7 @@ use prometheus::{
 };
 
 /// The RPC methods of the `IdService`, as they appear in the `method` label.
-pub const METHODS: [&str; 3] = ["NextId", "BatchIds", "Decode"];
+pub const METHODS: [&str; 4] = ["NextId", "BatchIds", "Decode", "Reveal"];
 
 /// The methods that ask the minter for IDs, as they appear in the `method` label of the
 /// minter's queue metrics.
@@ -63,6 +63,11 @@ pub const ACTION_WAITED: &str = "waited";
 pub const ACTION_REFUSED: &str = "refused";
 pub const ACTION_BORROWED: &str = "borrowed";
 
+/// The `operation` label of opaque IDs: made for a caller, or revealed (by `Reveal`, or by
+/// `Decode` before it decodes).
+pub const OPAQUE_ENCODED: &str = "encoded";
+pub const OPAQUE_REVEALED: &str = "revealed";
+
 /// All of snowmint's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -97,6 +102,11 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// gRPC connections closed on arrival because `--max-connections` were open.
     pub connections_refused: IntCounter,
+    /// Opaque IDs encoded for callers and revealed, by [`OPAQUE_ENCODED`] / [`OPAQUE_REVEALED`].
+    pub opaque_ids: IntCounterVec,
+    /// The key version opaque IDs are made with, -1 without `--opaque-key-file`: during a
+    /// rotation, which instances have the new key.
+    pub opaque_key_version: IntGauge,
     pub build_info: IntGaugeVec,
 }
 
@@ -245,6 +255,19 @@ impl Metrics {
             "gRPC client connections closed on arrival because --max-connections were open.",
         )
         .unwrap();
+        let opaque_ids = IntCounterVec::new(
+            Opts::new(
+                "snowmint_opaque_ids_total",
+                "Opaque IDs made for NextId and BatchIds calls that asked for them (encoded), and opaque IDs revealed by Reveal and Decode (revealed).",
+            ),
+            &["operation"],
+        )
+        .unwrap();
+        let opaque_key_version = IntGauge::new(
+            "snowmint_opaque_key_version",
+            "The key version new opaque IDs are made with (the highest in --opaque-key-file), or -1 without opaque keys.",
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -281,6 +304,8 @@ impl Metrics {
             fleet_clock_skew,
             connections_open,
             connections_refused,
+            opaque_ids,
+            opaque_key_version,
             build_info,
         };
         metrics.register_all();
@@ -318,6 +343,8 @@ impl Metrics {
             Box::new(self.fleet_clock_skew.clone()),
             Box::new(self.connections_open.clone()),
             Box::new(self.connections_refused.clone()),
+            Box::new(self.opaque_ids.clone()),
+            Box::new(self.opaque_key_version.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -341,7 +368,11 @@ impl Metrics {
             self.lease_renewals.with_label_values(&[result]);
             self.reservation_writes.with_label_values(&[result]);
         }
+        for operation in [OPAQUE_ENCODED, OPAQUE_REVEALED] {
+            self.opaque_ids.with_label_values(&[operation]);
+        }
         self.worker_id.set(-1);
+        self.opaque_key_version.set(-1);
         self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
     }
 
@@ -429,6 +460,11 @@ mod tests {
             r#"snowmint_requests_total{code="Unimplemented",method="other",protocol="connect"} 0"#,
             r#"snowmint_request_duration_seconds_count{method="other",protocol="grpc"} 0"#,
             r#"snowmint_request_duration_seconds_count{method="Decode",protocol="connect"} 0"#,
+            r#"snowmint_requests_total{code="InvalidArgument",method="Reveal",protocol="grpc"} 0"#,
+            r#"snowmint_requests_total{code="FailedPrecondition",method="Reveal",protocol="connect"} 0"#,
+            r#"snowmint_opaque_ids_total{operation="encoded"} 0"#,
+            r#"snowmint_opaque_ids_total{operation="revealed"} 0"#,
+            "snowmint_opaque_key_version -1",
             r#"snowmint_clock_backward_total{action="refused"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="NextId"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="BatchIds"} 0"#,

@@ -302,6 +302,7 @@ impl ServeArgs {
                 keepalive_timeout: self.keepalive_timeout_ms,
                 max_connection_age: self.max_connection_age_ms,
             },
+            opaque: None,
         })
     }
 

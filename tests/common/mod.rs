@@ -81,6 +81,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         shutdown_grace: Duration::from_secs(5),
         tls: None,
         limits: snowmint::server::Limits::default(),
+        opaque: None,
     }
 }
 
