@@ -144,6 +144,9 @@ async fn without_a_key_opaque_requests_fail_with_failed_precondition_naming_the_
         assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
         assert!(status.message().contains("--opaque-key-file"), "{}", status.message());
     }
+    let client_crate = snowmint_client::Client::builder([server.url()]).connect().unwrap();
+    let error = client_crate.next_opaque().await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::FailedPrecondition, "{error}");
     assert_eq!(server.metric("snowmint_ids_issued_total").await, 0.0, "minted for a call that failed");
     assert_ne!(client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id, 0);
     let refused = r#"snowmint_requests_total{code="FailedPrecondition",method="Reveal",protocol="grpc"}"#;
@@ -283,7 +286,8 @@ fn a_bad_key_file_is_refused_at_start_naming_the_file_and_writing_nothing() {
 
 /// The flag and its environment variable reach the server, the start logs the versions and
 /// not a key, and the Connect protocol speaks the opaque fields and Reveal in JSON (as curl
-/// would), counted under its method; `snowmint decode` reveals a string with the same file.
+/// would), counted under its method; `snowmint next` and `batch` ask for opaque IDs, and
+/// `snowmint decode` reveals a string with the same file.
 #[tokio::test]
 async fn the_binary_serves_opaque_ids_over_connect_json_and_decode_reveals_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -328,6 +332,15 @@ async fn the_binary_serves_opaque_ids_over_connect_json_and_decode_reveals_them(
     let logs = server.drain_logs().join("\n");
     assert!(logs.contains("opaque IDs on") && logs.contains("[0, 2]"), "{logs}");
     assert!(!logs.contains(&hex(&KEY_0)[..16]) && !logs.contains(&hex(&KEY_1)[..16]), "{logs}");
+
+    let addr = format!("http://{}", server.grpc);
+    let (code, stdout, stderr) = common::run_binary(&["batch", "3", "--opaque", "--addr", &addr]);
+    assert_eq!(code, 0, "{stderr}");
+    let printed: Vec<OpaqueId> = stdout.lines().map(|line| line.parse().unwrap()).collect();
+    assert!(printed.len() == 3 && printed.iter().all(|o| o.key_version == 2), "{stdout}");
+    let (code, stdout, stderr) = common::run_binary(&["next", "--opaque", "--addr", &addr]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim().parse::<OpaqueId>().unwrap().key_version, 2, "{stdout}");
 
     let (code, stdout, stderr) =
         common::run_binary(&["decode", &text, "--opaque-key-file", keys.to_str().unwrap(), "--json"]);
