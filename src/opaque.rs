@@ -178,7 +178,7 @@ impl Operations for Half {
 
     fn to_be_bytes(&self, radix: u32, b: usize) -> BeBytes {
         // b = ceil(v / 8) = 4 bytes; both halves fit.
-        debug_assert!(radix == 2 && b <= 8 && self.value < (1u128 << (8 * b)) as u64);
+        debug_assert!(radix == 2 && b <= 8 && u128::from(self.value) < 1u128 << (8 * b));
         BeBytes { bytes: self.value.to_be_bytes(), len: b }
     }
 
