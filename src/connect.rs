@@ -28,9 +28,9 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use crate::calls::{Call, method_in};
-use crate::metrics::{CallMetrics, Metrics, PROTOCOL_CONNECT};
+use crate::metrics::{CallMetrics, METHODS, Metrics, PROTOCOL_CONNECT};
 use crate::minter::ConnectionKey;
-use crate::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest};
+use crate::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest, RevealRequest};
 use crate::server::SERVICE_NAME;
 use crate::service::{Service, ServiceError, answer_within, status_of};
 
@@ -221,9 +221,13 @@ impl Connect {
         let timeout = caller_timeout(headers)?;
         let limit = timeout.map_or(self.request_timeout, |timeout| timeout.min(self.request_timeout));
         let deadline = Instant::now() + answer_within(limit);
-        if !["NextId", "BatchIds", "Decode"].contains(&method) {
-            let path = request.uri().path();
-            return Err(ConnectError::new(Code::Unimplemented, format!("no method {path}")));
+        let unimplemented = {
+            let message = format!("no method {}", request.uri().path());
+            move || ConnectError::new(Code::Unimplemented, message.clone())
+        };
+        // Refused before the body is read.
+        if !METHODS.contains(&method) {
+            return Err(unimplemented());
         }
         let connection = ConnectionKey::of_peer(peer_of(&request));
         let work = async {
@@ -233,17 +237,22 @@ impl Connect {
             let left = || timeout.map(|_| answer_within(deadline.saturating_duration_since(Instant::now())));
             let message = match method {
                 "NextId" => {
-                    let _: NextIdRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.next_id_within(connection, left()).await?)
+                    let request: NextIdRequest = codec.decode(&body)?;
+                    codec.encode(&self.service.next_id_within(request, connection, left()).await?)
                 }
                 "BatchIds" => {
                     let request: BatchIdsRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.batch_within(request.count, connection, left()).await?)
+                    codec.encode(&self.service.batch_within(request, connection, left()).await?)
                 }
-                _ => {
+                "Decode" => {
                     let request: DecodeRequest = codec.decode(&body)?;
                     codec.encode(&self.service.decode_request(request).await?)
                 }
+                "Reveal" => {
+                    let request: RevealRequest = codec.decode(&body)?;
+                    codec.encode(&self.service.reveal_request(request)?)
+                }
+                _ => return Err(unimplemented()),
             };
             Ok::<_, ConnectError>(message)
         };

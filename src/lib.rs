@@ -17,6 +17,8 @@
 //!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
 //!   token.
 //! - [`metrics`]: every Prometheus metric.
+//! - [`opaque`]: opaque public IDs, a keyed permutation of the ID space (FF1) and the
+//!   string form that carries the key version. Pure, as the core is.
 //!
 //! The command line and the load tool are the `snowmint` binary's (`src/main.rs`,
 //! `src/cli/`); the Rust client is its own crate, `snowmint-client` (`clients/rust`).
@@ -38,6 +40,7 @@ pub mod keeper;
 pub mod layout;
 pub mod metrics;
 pub mod minter;
+pub mod opaque;
 pub mod proto;
 pub mod protocols;
 pub mod server;

@@ -65,6 +65,11 @@ pub const ACTION_WAITED: &str = "waited";
 pub const ACTION_REFUSED: &str = "refused";
 pub const ACTION_BORROWED: &str = "borrowed";
 
+/// The `operation` label of opaque IDs: made for a caller, or revealed (by `Reveal`, or by
+/// `Decode` before it decodes).
+pub const OPAQUE_ENCODED: &str = "encoded";
+pub const OPAQUE_REVEALED: &str = "revealed";
+
 /// All of snowmint's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -102,6 +107,11 @@ pub struct Metrics {
     /// Slot history writes (records appended and closed) by result.
     pub history_writes: IntCounterVec,
     pub history_pruned: IntCounter,
+    /// Opaque IDs encoded for callers and revealed, by [`OPAQUE_ENCODED`] / [`OPAQUE_REVEALED`].
+    pub opaque_ids: IntCounterVec,
+    /// The key version opaque IDs are made with, -1 without `--opaque-key-file`: during a
+    /// rotation, which instances have the new key.
+    pub opaque_key_version: IntGauge,
     pub build_info: IntGaugeVec,
 }
 
@@ -261,6 +271,19 @@ impl Metrics {
         let history_pruned =
             IntCounter::new("snowmint_history_pruned_total", "Slot history records deleted after --history-retention.")
                 .unwrap();
+        let opaque_ids = IntCounterVec::new(
+            Opts::new(
+                "snowmint_opaque_ids_total",
+                "Opaque IDs made for NextId and BatchIds calls that asked for them (encoded), and opaque IDs revealed by Reveal and Decode (revealed).",
+            ),
+            &["operation"],
+        )
+        .unwrap();
+        let opaque_key_version = IntGauge::new(
+            "snowmint_opaque_key_version",
+            "The key version new opaque IDs are made with (the highest in --opaque-key-file), or -1 without opaque keys.",
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -299,6 +322,8 @@ impl Metrics {
             connections_refused,
             history_writes,
             history_pruned,
+            opaque_ids,
+            opaque_key_version,
             build_info,
         };
         metrics.register_all();
@@ -338,6 +363,8 @@ impl Metrics {
             Box::new(self.connections_refused.clone()),
             Box::new(self.history_writes.clone()),
             Box::new(self.history_pruned.clone()),
+            Box::new(self.opaque_ids.clone()),
+            Box::new(self.opaque_key_version.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -364,7 +391,11 @@ impl Metrics {
         for result in [RESULT_OK, RESULT_FAILED, RESULT_DROPPED] {
             self.history_writes.with_label_values(&[result]);
         }
+        for operation in [OPAQUE_ENCODED, OPAQUE_REVEALED] {
+            self.opaque_ids.with_label_values(&[operation]);
+        }
         self.worker_id.set(-1);
+        self.opaque_key_version.set(-1);
         self.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
     }
 
@@ -452,6 +483,11 @@ mod tests {
             r#"snowmint_requests_total{code="Unimplemented",method="other",protocol="connect"} 0"#,
             r#"snowmint_request_duration_seconds_count{method="other",protocol="grpc"} 0"#,
             r#"snowmint_request_duration_seconds_count{method="Decode",protocol="connect"} 0"#,
+            r#"snowmint_requests_total{code="InvalidArgument",method="Reveal",protocol="grpc"} 0"#,
+            r#"snowmint_requests_total{code="FailedPrecondition",method="Reveal",protocol="connect"} 0"#,
+            r#"snowmint_opaque_ids_total{operation="encoded"} 0"#,
+            r#"snowmint_opaque_ids_total{operation="revealed"} 0"#,
+            "snowmint_opaque_key_version -1",
             r#"snowmint_clock_backward_total{action="refused"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="NextId"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="BatchIds"} 0"#,

@@ -32,6 +32,7 @@ use crate::keeper::{self, DriverConfig, KeeperConfig, KeeperHandle, SlotPolicy, 
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
 use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
+use crate::opaque::Keyring;
 use crate::proto::id_service_server::IdServiceServer;
 use crate::protocols::Protocols;
 use crate::service::Service;
@@ -143,6 +144,9 @@ pub struct ServeConfig {
     /// gRPC over TLS; plain text when `None`.
     pub tls: Option<GrpcTls>,
     pub limits: Limits,
+    /// The keys of opaque IDs (`--opaque-key-file`, read and checked by the caller); without
+    /// them, calls that ask for opaque IDs get `FAILED_PRECONDITION`.
+    pub opaque: Option<Arc<Keyring>>,
 }
 
 /// Why the server could not start or run.
@@ -345,11 +349,17 @@ pub async fn run(
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    if let Some(keys) = &config.opaque {
+        let current = keys.current().version();
+        metrics.opaque_key_version.set(i64::from(current));
+        tracing::info!(versions = ?keys.versions(), current, "opaque IDs on: made with the current key, revealed with any");
+    }
     let service = Arc::new(Service::new(
         mint,
         config.layout.clone(),
         config.max_batch,
         metrics.clone(),
+        config.opaque.clone(),
         history.as_ref().map(|h| h.book.clone()),
     ));
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;

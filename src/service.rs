@@ -1,18 +1,21 @@
 //! The `IdService`: thin handlers that validate requests, ask the minter, and map errors to
 //! gRPC status codes in one place ([`status_of`]). The calls themselves ([`Service::next_id_within`],
-//! [`Service::batch_within`], [`Service::decode_request`]) serve gRPC and the Connect protocol
-//! ([`crate::connect`]) alike. Calls are counted and timed around the service, by
+//! [`Service::batch_within`], [`Service::decode_request`], [`Service::reveal_request`]) serve gRPC
+//! and the Connect protocol ([`crate::connect`]) alike. Opaque IDs ([`crate::opaque`]) are made
+//! here, after minting, and revealed here, before decoding: the minter never sees them. Calls are counted and timed around the service, by
 //! [`crate::calls`], so that calls no handler sees are counted too.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::IntCounter;
 use tonic::{Request, Response, Status};
 
 use crate::history::{self, Book, Entry, HistoryError};
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OPAQUE_ENCODED, OPAQUE_REVEALED};
 use crate::minter::{ConnectionKey, MintError, MintHandle};
+use crate::opaque::{Keyring, OpaqueError, OpaqueId};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{
     BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, Provenance,
@@ -32,6 +35,16 @@ pub enum ServiceError {
     NotThisLayout { id: u64, bits: u32, layout: String },
     #[error("slot history: {0}")]
     History(#[from] HistoryError),
+    /// Opaque IDs asked of a server without keys: the same on every call until an operator
+    /// restarts it with a key file.
+    #[error(
+        "this server has no opaque keys: opaque IDs (opaque, text, Reveal) need a server started with --opaque-key-file"
+    )]
+    NoOpaqueKeys,
+    #[error(transparent)]
+    Opaque(#[from] OpaqueError),
+    #[error("{0}")]
+    OpaqueRequest(&'static str),
 }
 
 /// The one mapping from snowmint's errors to gRPC status.
@@ -41,9 +54,12 @@ pub fn status_of(error: ServiceError) -> Status {
         ServiceError::Mint(MintError::Overloaded { .. }) => Status::resource_exhausted(error.to_string()),
         // Every other minting failure is retriable, here later or on another instance.
         ServiceError::Mint(_) => Status::unavailable(error.to_string()),
-        ServiceError::Layout(_) | ServiceError::BadCount { .. } | ServiceError::NotThisLayout { .. } => {
-            Status::invalid_argument(error.to_string())
-        }
+        ServiceError::NoOpaqueKeys => Status::failed_precondition(error.to_string()),
+        ServiceError::Layout(_)
+        | ServiceError::BadCount { .. }
+        | ServiceError::NotThisLayout { .. }
+        | ServiceError::Opaque(_)
+        | ServiceError::OpaqueRequest(_) => Status::invalid_argument(error.to_string()),
         // The history could not be read now: ask again.
         ServiceError::History(_) => Status::unavailable(error.to_string()),
     }
@@ -85,6 +101,10 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
+/// How many opaque IDs of a batch are encoded between two yields to the runtime: a batch of
+/// 65,536 takes milliseconds of FF1, which no other call on this thread should wait behind.
+const ENCODE_CHUNK: usize = 1024;
+
 /// The `IdService` implementation.
 pub struct Service {
     minter: MintHandle,
@@ -93,6 +113,12 @@ pub struct Service {
     metrics: Metrics,
     /// The slot history, for provenance; `None` when none is kept.
     history: Option<Arc<dyn Book>>,
+    /// The keys of opaque IDs, from `--opaque-key-file`; without them, opaque requests get
+    /// `FAILED_PRECONDITION`.
+    opaque: Option<Arc<Keyring>>,
+    /// `snowmint_opaque_ids_total`'s two series, looked up once.
+    encoded: IntCounter,
+    revealed: IntCounter,
 }
 
 impl Service {
@@ -101,40 +127,86 @@ impl Service {
         layout: Layout,
         max_batch: u32,
         metrics: Metrics,
+        opaque: Option<Arc<Keyring>>,
         history: Option<Arc<dyn Book>>,
     ) -> Service {
-        Service { minter, layout, max_batch, metrics, history }
+        let encoded = metrics.opaque_ids.with_label_values(&[OPAQUE_ENCODED]);
+        let revealed = metrics.opaque_ids.with_label_values(&[OPAQUE_REVEALED]);
+        Service { minter, layout, max_batch, metrics, opaque, encoded, revealed, history }
     }
 
-    /// `NextId`: one ID, answered within `timeout` if one is given.
+    /// The opaque keys, or the error that says how to configure them.
+    fn keys(&self) -> Result<&Keyring, ServiceError> {
+        self.opaque.as_deref().ok_or(ServiceError::NoOpaqueKeys)
+    }
+
+    /// `NextId`: one ID, or with `opaque` its opaque form, answered within `timeout` if one is
+    /// given.
     pub async fn next_id_within(
         &self,
+        request: NextIdRequest,
         connection: ConnectionKey,
         timeout: Option<Duration>,
     ) -> Result<NextIdResponse, ServiceError> {
+        // Checked before minting: an ID minted for a call that then fails is a gap for nothing.
+        let keys = if request.opaque { Some(self.keys()?) } else { None };
         let id = self.minter.next_id(connection, timeout).await?;
-        Ok(NextIdResponse { id, ..Default::default() })
+        let Some(keys) = keys else { return Ok(NextIdResponse { id, ..Default::default() }) };
+        let opaque = keys.encode(id)?;
+        self.encoded.inc();
+        Ok(NextIdResponse { id: opaque.value, text: opaque.to_string() })
     }
 
-    /// `BatchIds`: `count` IDs, answered within `timeout` if one is given.
+    /// `BatchIds`: `count` IDs, or with `opaque` their opaque forms, answered within `timeout`
+    /// if one is given.
     pub async fn batch_within(
         &self,
-        count: u32,
+        request: BatchIdsRequest,
         connection: ConnectionKey,
         timeout: Option<Duration>,
     ) -> Result<BatchIdsResponse, ServiceError> {
+        let count = request.count;
         if count == 0 || count > self.max_batch {
             return Err(ServiceError::BadCount { got: count, max: self.max_batch });
         }
+        let keys = if request.opaque { Some(self.keys()?) } else { None };
         self.metrics.batch_size.observe(f64::from(count));
-        let ids = self.minter.batch(count as usize, connection, timeout).await?;
-        Ok(BatchIdsResponse { ids, ..Default::default() })
+        let mut ids = self.minter.batch(count as usize, connection, timeout).await?;
+        let Some(keys) = keys else { return Ok(BatchIdsResponse { ids, ..Default::default() }) };
+        let mut texts = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks_mut(ENCODE_CHUNK) {
+            for id in chunk {
+                let opaque = keys.encode(*id)?;
+                *id = opaque.value;
+                texts.push(opaque.to_string());
+            }
+            if texts.len() < count as usize {
+                tokio::task::yield_now().await;
+            }
+        }
+        self.encoded.inc_by(u64::from(count));
+        Ok(BatchIdsResponse { ids, texts })
     }
 
-    /// `Decode`: the ID's parts, with the server's layout or a named one; with `provenance`,
-    /// the slot history's record of the holder that minted it.
+    /// `Decode`: the ID's parts, with the server's layout or a named one; an opaque ID
+    /// (`text`, or `id` with `opaque` and `key_version`) is revealed first. With
+    /// `provenance`, the slot history's record of the holder that minted it.
     pub async fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
-        let DecodeRequest { id, layout, provenance, .. } = request;
+        let DecodeRequest { id, layout, provenance, text, opaque, key_version } = request;
+        let id = if !text.is_empty() {
+            if id != 0 || key_version != 0 {
+                return Err(ServiceError::OpaqueRequest(
+                    "give an opaque ID's `text` alone, or its `id` and `key_version`",
+                ));
+            }
+            self.reveal(OpaqueId::parse(&text).map_err(OpaqueError::from)?)?
+        } else if opaque {
+            self.reveal(OpaqueId::new(key_version, id)?)?
+        } else if key_version != 0 {
+            return Err(ServiceError::OpaqueRequest("`key_version` is for an opaque `id`: set `opaque` as well"));
+        } else {
+            id
+        };
         let own = matches!(layout.as_str(), "" | "snowmint");
         let mut decoded = if own { decode(id, &self.layout)? } else { decode(id, &Layout::named(&layout)?)? };
         if provenance {
@@ -148,6 +220,26 @@ impl Service {
             decoded.provenance = Some(provenance_of(found));
         }
         Ok(decoded)
+    }
+
+    /// `Reveal`: the ID beneath an opaque one, given as `text`, or as `id` and `key_version`.
+    pub fn reveal_request(&self, request: RevealRequest) -> Result<RevealResponse, ServiceError> {
+        let RevealRequest { id, key_version, text } = request;
+        let opaque = if text.is_empty() {
+            OpaqueId::new(key_version, id)?
+        } else if id != 0 || key_version != 0 {
+            return Err(ServiceError::OpaqueRequest("give an opaque ID's `text` alone, or its `id` and `key_version`"));
+        } else {
+            OpaqueId::parse(&text).map_err(OpaqueError::from)?
+        };
+        Ok(RevealResponse { id: self.reveal(opaque)?, key_version: opaque.key_version })
+    }
+
+    /// The ID beneath `opaque`, counted.
+    fn reveal(&self, opaque: OpaqueId) -> Result<u64, ServiceError> {
+        let id = self.keys()?.reveal(opaque)?;
+        self.revealed.inc();
+        Ok(id)
     }
 }
 
@@ -211,21 +303,21 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 #[tonic::async_trait]
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        respond(self.next_id_within(connection_of(&request), timeout_of(&request)).await)
+        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
+        respond(self.next_id_within(request.into_inner(), connection, timeout).await)
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
-        let timeout = timeout_of(&request);
-        let connection = connection_of(&request);
-        respond(self.batch_within(request.into_inner().count, connection, timeout).await)
+        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
+        respond(self.batch_within(request.into_inner(), connection, timeout).await)
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
         respond(self.decode_request(request.into_inner()).await)
     }
 
-    async fn reveal(&self, _request: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
-        Err(Status::unimplemented("Reveal needs opaque IDs, which this build does not have yet"))
+    async fn reveal(&self, request: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
+        respond(self.reveal_request(request.into_inner()))
     }
 }
 
@@ -253,6 +345,13 @@ mod tests {
         let bad = status_of(ServiceError::BadCount { got: 0, max: 65_536 });
         assert_eq!(bad.code(), tonic::Code::InvalidArgument);
         assert!(bad.message().contains("65536"), "{}", bad.message());
+        let keyless = status_of(ServiceError::NoOpaqueKeys);
+        assert_eq!(keyless.code(), tonic::Code::FailedPrecondition);
+        assert!(keyless.message().contains("--opaque-key-file"), "{}", keyless.message());
+        let retired = status_of(OpaqueError::UnknownVersion { version: 0, known: "1".into() }.into());
+        assert_eq!(retired.code(), tonic::Code::InvalidArgument);
+        let malformed = status_of(OpaqueError::from(OpaqueId::parse("nope").unwrap_err()).into());
+        assert_eq!(malformed.code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

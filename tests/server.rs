@@ -321,7 +321,7 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     // The strict policy, which waits out a small step back (the hybrid one mints through it).
     config.max_clock_drift = Duration::ZERO;
     let server = TestServer::start(config, Arc::new(clock.clone())).await;
-    let labels = ["NextId", "BatchIds", "Decode", "other"];
+    let labels = ["NextId", "BatchIds", "Decode", "Reveal", "other"];
     let scrape = server.admin_get("/metrics").await.1;
     for method in labels {
         for code in CODES {

@@ -1,5 +1,6 @@
 //! `snowmint next` and `snowmint batch`: the small clients, one call to a running server
-//! through `snowmint-client`, the IDs printed one a line.
+//! through `snowmint-client`, the IDs (or with `--opaque`, opaque IDs' string forms) printed
+//! one a line.
 
 use clap::Args;
 use snowmint_client::{Client, ClientError};
@@ -9,6 +10,9 @@ pub struct ClientArgs {
     /// The server's gRPC URL.
     #[arg(long, env = "SNOWMINT_ADDR", default_value = "http://127.0.0.1:50051")]
     pub addr: String,
+    /// Ask for opaque IDs (of a server with --opaque-key-file) and print their string forms.
+    #[arg(long)]
+    pub opaque: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -22,6 +26,11 @@ pub struct BatchArgs {
 /// Prints one ID; `Err` is the one line to exit with.
 pub async fn next(args: &ClientArgs) -> Result<(), String> {
     let client = connect(&args.addr)?;
+    if args.opaque {
+        let opaque = client.next_opaque().await.map_err(|e| failed(&args.addr, &e))?;
+        println!("{opaque}");
+        return Ok(());
+    }
     let id = client.next_id().await.map_err(|e| failed(&args.addr, &e))?;
     println!("{id}");
     Ok(())
@@ -30,10 +39,16 @@ pub async fn next(args: &ClientArgs) -> Result<(), String> {
 /// Prints `count` IDs, one a line; `Err` is the one line to exit with.
 pub async fn batch(args: &BatchArgs) -> Result<(), String> {
     let client = connect(&args.client.addr)?;
-    let ids = client.batch(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
-    let mut out = String::with_capacity(ids.len() * 20);
-    for id in ids {
-        out.push_str(&id.to_string());
+    let lines: Vec<String> = if args.client.opaque {
+        let opaque = client.batch_opaque(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
+        opaque.iter().map(ToString::to_string).collect()
+    } else {
+        let ids = client.batch(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
+        ids.iter().map(ToString::to_string).collect()
+    };
+    let mut out = String::with_capacity(lines.len() * 20);
+    for line in lines {
+        out.push_str(&line);
         out.push('\n');
     }
     print!("{out}");

@@ -12,9 +12,8 @@ use super::flags::{HistoryArgs, LayoutArgs};
 
 #[derive(Debug, Clone, Args)]
 pub struct DecodeArgs {
-    /// The ID, in decimal or 0x-prefixed hex.
-    #[arg(value_parser = parse_id)]
-    pub id: u64,
+    /// The ID, in decimal or 0x-prefixed hex; with --opaque-key-file, an opaque ID's string form.
+    pub id: String,
     /// A named layout (twitter, discord, instagram, sonyflake); snowmint's own by default.
     #[arg(long = "layout", value_name = "NAME")]
     pub layout_name: Option<String>,
@@ -25,6 +24,9 @@ pub struct DecodeArgs {
     /// Print JSON (the ID as a string).
     #[arg(long)]
     pub json: bool,
+    /// Reveal <ID>, an opaque ID's string form, with this key file first (as `serve` reads it).
+    #[arg(long)]
+    pub opaque_key_file: Option<std::path::PathBuf>,
 }
 
 fn parse_id(text: &str) -> Result<u64, String> {
@@ -42,7 +44,11 @@ pub async fn run(args: &DecodeArgs) -> Result<(), String> {
         None | Some("snowmint") => args.own.widths()?,
         Some(name) => Layout::named(name).map_err(|e| e.to_string())?,
     };
-    let mut decoded = decode(args.id, &layout).map_err(|e| e.to_string())?;
+    let id = match &args.opaque_key_file {
+        Some(path) => super::opaque::reveal(path, &args.id)?,
+        None => parse_id(&args.id).map_err(|e| format!("{:?} is {e}", args.id))?,
+    };
+    let mut decoded = decode(id, &layout).map_err(|e| e.to_string())?;
     if let Some(book) = args.history.book().await? {
         let found = if own {
             lookup(&*book, decoded.worker_id, decoded.unix_ms).await.map_err(|e| e.to_string())?

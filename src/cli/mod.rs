@@ -1,7 +1,9 @@
 //! The command line of the `snowmint` binary, one concept a file: [`flags`] (the commands
 //! and the flags they share), [`serve`] (the server's flags and start), [`decode`] (offline
-//! decoding, and provenance from the slot history), [`audit`] (the slot history's check), [`clients`] (the small clients `next` and `batch`) and [`bench`] (the load
-//! tool). The small clients and the load tool use `snowmint-client`, the library stays the
+//! decoding, and provenance from the slot history), [`audit`] (the slot history's check),
+//! [`clients`] (the small clients `next` and `batch`) and [`bench`] (the load tool); [`opaque`]
+//! reads the opaque key file of `serve` and `decode`. The small clients and the load tool use
+//! `snowmint-client`, the library stays the
 //! server's.
 
 pub mod audit;
@@ -9,6 +11,7 @@ pub mod bench;
 pub mod clients;
 pub mod decode;
 pub mod flags;
+pub mod opaque;
 pub mod serve;
 
 pub use flags::{Cli, Command};

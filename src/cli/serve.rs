@@ -17,6 +17,7 @@ use snowmint::store::file::StandaloneConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{EtcdArgs, LayoutArgs, parse_ms, parse_nonzero_ms, parse_retention};
+use super::opaque::read_key_file;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -151,6 +152,11 @@ pub struct ServeArgs {
     /// CA (PEM) that client certificates must be signed by: turns on mutual TLS.
     #[arg(long, env = "SNOWMINT_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// The keys of opaque IDs: a file of lines `<version> <64 hex digits>` (a key version 0 to
+    /// 31 and an AES-256 key) and # comments, readable by its owner alone (chmod 600). The
+    /// highest version makes opaque IDs; every version listed reveals them.
+    #[arg(long, env = "SNOWMINT_OPAQUE_KEY_FILE")]
+    pub opaque_key_file: Option<PathBuf>,
     /// HTTP/2 streams one connection may have open at once.
     #[arg(long, env = "SNOWMINT_MAX_CONCURRENT_STREAMS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -252,6 +258,7 @@ impl ServeArgs {
                 self.max_outstanding_ids, self.max_batch
             ));
         }
+        let opaque = self.opaque_key_file.as_deref().map(read_key_file).transpose()?.map(Arc::new);
         let worker = if self.etcd.etcd_endpoints.is_empty() {
             WorkerConfig::Standalone(StandaloneConfig {
                 state_dir: self.state_dir.clone(),
@@ -290,6 +297,7 @@ impl ServeArgs {
                 keepalive_timeout: self.keepalive_timeout_ms,
                 max_connection_age: self.max_connection_age_ms,
             },
+            opaque,
         })
     }
 

@@ -82,6 +82,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         history_retention: Some(snowmint::history::DEFAULT_RETENTION),
         tls: None,
         limits: snowmint::server::Limits::default(),
+        opaque: None,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::buffer::{Buffer, BufferConfig};
 use crate::coalesce::{self, Waiter};
 use crate::endpoints::{Endpoints, Settings};
 use crate::error::ClientError;
+use crate::opaque::OpaqueId;
 
 /// The largest `BatchIds` the coalescer makes unless told otherwise.
 pub const DEFAULT_MAX_COALESCED: u32 = 4096;
@@ -159,6 +160,26 @@ impl Client {
             return Err(ClientError::Closed);
         }
         self.inner.endpoints.batch(count, deadline).await
+    }
+
+    /// One new opaque ID (from a server started with `--opaque-key-file`; others answer
+    /// `FAILED_PRECONDITION`, returned as [`ClientError::Rejected`]). Never buffered or
+    /// coalesced: one `NextId` call, failing over as [`Client::batch`] does.
+    pub async fn next_opaque(&self) -> Result<OpaqueId, ClientError> {
+        if self.inner.closed.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        let mut one = self.inner.endpoints.opaque(0, None).await?;
+        one.pop().ok_or_else(|| ClientError::Rejected(tonic::Status::internal("the server sent no opaque ID")))
+    }
+
+    /// `count` new opaque IDs from one server in one `BatchIds` call, in no particular order
+    /// (the IDs beneath them increase; their opaque values do not).
+    pub async fn batch_opaque(&self, count: u32) -> Result<Vec<OpaqueId>, ClientError> {
+        if self.inner.closed.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        self.inner.endpoints.opaque(count, None).await
     }
 
     /// Stops the background refills; every call after it fails with [`ClientError::Closed`].

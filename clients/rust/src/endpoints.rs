@@ -17,6 +17,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::error::ClientError;
+use crate::opaque::OpaqueId;
 use crate::proto::id_service_client::IdServiceClient;
 use crate::proto::{BatchIdsRequest, NextIdRequest};
 
@@ -74,6 +75,32 @@ impl Endpoints {
             stub.batch_ids(request).await.map(|response| response.into_inner().ids)
         })
         .await
+    }
+
+    /// One `NextId` or `BatchIds` call asking for opaque IDs (`count` 0: `NextId`), failing
+    /// over as the contract says: each opaque ID from the string form the server sends.
+    pub(crate) async fn opaque(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<OpaqueId>, ClientError> {
+        let texts = self
+            .call(deadline, |mut stub, timeout| async move {
+                if count == 0 {
+                    let mut request = tonic::Request::new(NextIdRequest { opaque: true });
+                    request.set_timeout(timeout);
+                    stub.next_id(request).await.map(|response| vec![response.into_inner().text])
+                } else {
+                    let mut request = tonic::Request::new(BatchIdsRequest { count, opaque: true });
+                    request.set_timeout(timeout);
+                    stub.batch_ids(request).await.map(|response| response.into_inner().texts)
+                }
+            })
+            .await?;
+        texts
+            .iter()
+            .map(|text| {
+                OpaqueId::parse(text).map_err(|e| {
+                    ClientError::Rejected(Status::internal(format!("the server sent a malformed opaque ID: {e}")))
+                })
+            })
+            .collect()
     }
 
     /// Makes the attempts of one call: each on the current endpoint, within the smaller of

@@ -11,6 +11,7 @@
 //! - `coalesce`: unbuffered `next_id()` callers folded into one `BatchIds`.
 //! - [`buffer`]: the prefetch buffer and its refill tasks.
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
+//! - [`opaque`]: the string form of opaque IDs, read and written with no key.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), snowmint_client::ClientError> {
@@ -28,8 +29,10 @@ pub mod client;
 mod coalesce;
 mod endpoints;
 pub mod error;
+pub mod opaque;
 pub mod proto;
 
 pub use buffer::BufferConfig;
 pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
+pub use opaque::{OpaqueId, OpaqueIdError};

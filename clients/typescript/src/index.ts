@@ -1,8 +1,9 @@
 /**
  * The TypeScript client of snowmint, a service that mints unique, roughly time-sorted 64-bit
  * IDs. {@link SnowmintClient} gets IDs (failover across endpoints, an optional prefetch
- * buffer); {@link decode} reads them, and other systems' IDs, without a server. Every ID is a
- * `bigint`.
+ * buffer); {@link decode} reads them, and other systems' IDs, without a server;
+ * {@link parseOpaqueId} and {@link formatOpaqueId} read and write the string form of opaque
+ * IDs, with no key. Every ID is a `bigint`.
  */
 export { SnowmintClient, type BufferOptions, type ClientOptions } from './client.js';
 export { ClientClosedError, RejectedError, SnowmintError, UnavailableError } from './errors.js';
@@ -18,3 +19,13 @@ export {
   type Layout,
   type LayoutName,
 } from './layout.js';
+export {
+  OPAQUE_ALPHABET,
+  OPAQUE_TEXT_LENGTH,
+  OpaqueIdError,
+  formatOpaqueId,
+  opaqueId,
+  parseOpaqueId,
+  type OpaqueErrorKind,
+  type OpaqueId,
+} from './opaque.js';

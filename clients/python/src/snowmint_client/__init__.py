@@ -4,7 +4,8 @@
 contract in clients/README.md: failover to the next endpoint when a server refuses
 (UNAVAILABLE) or cannot be reached, every other gRPC error raised as it is, per-call
 deadlines, and an optional buffer of prefetched IDs. IDs are plain ``int`` values from 0 to
-2**64 - 1; snowmint's are below 2**63. :func:`decode` splits an ID locally.
+2**64 - 1; snowmint's are below 2**63. :func:`decode` splits an ID locally, and
+:class:`OpaqueId` reads and writes the string form of opaque IDs, with no key.
 """
 
 from ._aio import AsyncClient
@@ -18,6 +19,7 @@ from ._core import (
     UnavailableError,
 )
 from ._layout import DEFAULT_EPOCH_MS, DEFAULT_LAYOUT, Decoded, Layout, NotThisLayoutError, Order, decode
+from ._opaque import OpaqueId, OpaqueIdError
 
 __all__ = [
     "DEFAULT_EPOCH_MS",
@@ -31,6 +33,8 @@ __all__ = [
     "Decoded",
     "Layout",
     "NotThisLayoutError",
+    "OpaqueId",
+    "OpaqueIdError",
     "Order",
     "SnowmintError",
     "UnavailableError",
