@@ -193,15 +193,8 @@ impl Service {
     /// `provenance`, the slot history's record of the holder that minted it.
     pub async fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
         let DecodeRequest { id, layout, provenance, text, opaque, key_version } = request;
-        let id = if !text.is_empty() {
-            if id != 0 || key_version != 0 {
-                return Err(ServiceError::OpaqueRequest(
-                    "give an opaque ID's `text` alone, or its `id` and `key_version`",
-                ));
-            }
-            self.reveal(OpaqueId::parse(&text).map_err(OpaqueError::from)?)?
-        } else if opaque {
-            self.reveal(OpaqueId::new(key_version, id)?)?
+        let id = if opaque || !text.is_empty() {
+            self.reveal(opaque_of(id, key_version, &text)?)?
         } else if key_version != 0 {
             return Err(ServiceError::OpaqueRequest("`key_version` is for an opaque `id`: set `opaque` as well"));
         } else {
@@ -225,13 +218,7 @@ impl Service {
     /// `Reveal`: the ID beneath an opaque one, given as `text`, or as `id` and `key_version`.
     pub fn reveal_request(&self, request: RevealRequest) -> Result<RevealResponse, ServiceError> {
         let RevealRequest { id, key_version, text } = request;
-        let opaque = if text.is_empty() {
-            OpaqueId::new(key_version, id)?
-        } else if id != 0 || key_version != 0 {
-            return Err(ServiceError::OpaqueRequest("give an opaque ID's `text` alone, or its `id` and `key_version`"));
-        } else {
-            OpaqueId::parse(&text).map_err(OpaqueError::from)?
-        };
+        let opaque = opaque_of(id, key_version, &text)?;
         Ok(RevealResponse { id: self.reveal(opaque)?, key_version: opaque.key_version })
     }
 
@@ -241,6 +228,17 @@ impl Service {
         self.revealed.inc();
         Ok(id)
     }
+}
+
+/// The opaque ID a request names: its `text`, or its `id` with `key_version`, never both.
+fn opaque_of(id: u64, key_version: u32, text: &str) -> Result<OpaqueId, ServiceError> {
+    if text.is_empty() {
+        return Ok(OpaqueId::new(key_version, id)?);
+    }
+    if id != 0 || key_version != 0 {
+        return Err(ServiceError::OpaqueRequest("give an opaque ID's `text` alone, or its `id` and `key_version`"));
+    }
+    Ok(OpaqueId::parse(text).map_err(OpaqueError::from)?)
 }
 
 /// The record of `book` that covers an ID of `slot` minted at `unix_ms`, or why none does.

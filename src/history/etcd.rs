@@ -33,14 +33,25 @@ impl EtcdBook {
         format!("{}{}", self.slot_prefix(Some(record.worker_id)), record.name())
     }
 
+    /// The records under `prefix`, the oldest first; at most `limit`.
     async fn get(&self, prefix: String, limit: Option<usize>) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
         let mut options = GetOptions::new().with_prefix();
         if let Some(limit) = limit {
             options = options.with_limit(limit as i64);
         }
+        self.read(prefix, options).await
+    }
+
+    /// The record at exactly `key`, if any.
+    async fn get_key(&self, key: String) -> Result<Option<etcd_client::KeyValue>, HistoryError> {
+        Ok(self.read(key, GetOptions::new()).await?.into_iter().next())
+    }
+
+    /// One read of `key` with `options`.
+    async fn read(&self, key: String, options: GetOptions) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
         let mut etcd = self.etcd.lock().await;
         let got = etcd
-            .attempt("read history", |mut c| async move { c.get(prefix, Some(options)).await })
+            .attempt("read history", |mut c| async move { c.get(key, Some(options)).await })
             .await
             .map_err(HistoryError::Unavailable)?;
         Ok(got.kvs().to_vec())
@@ -70,7 +81,7 @@ impl Book for EtcdBook {
 
     async fn close(&self, record: &Record, closed: &Record) -> Result<bool, HistoryError> {
         let key = self.key(record);
-        let Some(kv) = self.get(key.clone(), Some(1)).await?.into_iter().find(|kv| kv.key() == key.as_bytes()) else {
+        let Some(kv) = self.get_key(key.clone()).await? else {
             // Pruned, or never written (its append failed): write the closed record.
             self.append(closed).await?;
             return Ok(true);
