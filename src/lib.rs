@@ -15,7 +15,8 @@
 //!   way), for provenance in `Decode` and for `snowmint audit`.
 //! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
 //!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
-//!   token.
+//!   token; [`transport`] serves the gRPC port's connections, and [`next_path`] answers the
+//!   plain gRPC `NextId` call directly, [`protocols`] and [`connect`] the Connect protocol.
 //! - [`metrics`]: every Prometheus metric.
 //! - [`opaque`]: opaque public IDs, a keyed permutation of the ID space (FF1) and the
 //!   string form that carries the key version. Pure, as the core is.
@@ -40,6 +41,7 @@ pub mod keeper;
 pub mod layout;
 pub mod metrics;
 pub mod minter;
+pub mod next_path;
 pub mod opaque;
 pub mod proto;
 pub mod protocols;
@@ -49,3 +51,4 @@ pub mod service;
 mod sim;
 pub mod store;
 pub mod tls;
+pub mod transport;

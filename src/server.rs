@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -32,6 +33,7 @@ use crate::keeper::{self, DriverConfig, KeeperConfig, KeeperHandle, SlotPolicy, 
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
 use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
+use crate::next_path::NextIdPath;
 use crate::opaque::Keyring;
 use crate::proto::id_service_server::IdServiceServer;
 use crate::protocols::Protocols;
@@ -158,8 +160,6 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Claim(String),
-    #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("admin endpoint: {0}")]
@@ -371,33 +371,30 @@ pub async fn run(
         config.limits.max_connections,
         &metrics,
     );
-    let mut builder = tonic::transport::Server::builder()
-        .accept_http1(true)
-        .max_concurrent_streams(config.limits.max_concurrent_streams)
-        .timeout(config.limits.request_timeout)
-        .http2_keepalive_interval(Some(config.limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(config.limits.keepalive_timeout))
-        .max_connection_age(config.limits.max_connection_age)
-        .max_connection_age_grace(config.limits.request_timeout);
     // Counted from outside, so that calls refused before a handler runs are counted too.
     let grpc_ids = Counted::new(
         IdServiceServer::from_arc(service.clone()).max_decoding_message_size(config.limits.max_request_bytes),
         &metrics,
     );
-    let connect_ids = Connect::new(service, &metrics, config.limits.max_request_bytes, config.limits.request_timeout);
-    let routes = builder
-        .add_service(health)
+    let limits = &config.limits;
+    let next_id =
+        Arc::new(NextIdPath::new(service.clone(), &metrics, limits.max_request_bytes, limits.request_timeout));
+    let connect_ids = Connect::new(service, &metrics, limits.max_request_bytes, limits.request_timeout);
+    let routes = Routes::new(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .add_service(Protocols::new(grpc_ids, connect_ids));
     let stop_accepting = shutdown.clone().cancelled_owned();
-    let serve: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>> =
-        match tls {
-            None => Box::pin(routes.serve_with_incoming_shutdown(incoming, stop_accepting)),
-            Some(tls) => {
-                Box::pin(routes.serve_with_incoming_shutdown(crate::tls::incoming(incoming, tls), stop_accepting))
-            }
-        };
+    let serve: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match tls {
+        None => Box::pin(crate::transport::serve(incoming, routes, next_id, limits, stop_accepting)),
+        Some(tls) => Box::pin(crate::transport::serve(
+            crate::tls::incoming(incoming, tls),
+            routes,
+            next_id,
+            limits,
+            stop_accepting,
+        )),
+    };
     tracing::info!(
         %grpc_addr,
         %admin_addr,
@@ -412,13 +409,12 @@ pub async fn run(
         shutdown.cancelled().await;
         tokio::time::sleep(config.shutdown_grace).await;
     };
-    let served = tokio::select! {
-        served = serve => served,
+    tokio::select! {
+        () = serve => {}
         () = grace => {
             tracing::warn!(grace = ?config.shutdown_grace, "connections still open after the shutdown grace; closing them");
-            Ok(())
         }
-    };
+    }
     // Whatever ended the gRPC server, take the rest down in order: the minter first, then
     // the final reservation covering all it minted.
     shutdown.cancel();
@@ -436,7 +432,6 @@ pub async fn run(
     }
     let _ = health_task.await;
     let admin = admin_task.await.expect("admin task panicked");
-    served?;
     admin.map_err(ServeError::Admin)?;
     tracing::info!("stopped");
     Ok(())

@@ -348,17 +348,22 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     let status = raw_call(&server, "/snowmint.v1.IdService/Mint", NextIdRequest::default()).await;
     assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
-    // The clock steps back a little and stays there: the call waits, and the server's
-    // 300 ms request timeout drops it first.
+    // The clock steps back a little and stays there: the calls wait. NextId is refused by the
+    // minter within the server's 300 ms request timeout, saying why; BatchIds, served by
+    // tonic's generated server, is dropped at that timeout.
     clock.step_wall(-4);
     let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("deadline"), "{status:?}");
+    let status = client.batch_ids(BatchIdsRequest { count: 1, ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
     clock.step_wall(4);
 
     let expected = [
         ("NextId", "OK"),
-        ("NextId", "Cancelled"),
+        ("NextId", "Unavailable"),
         ("BatchIds", "InvalidArgument"),
+        ("BatchIds", "Cancelled"),
         ("Decode", "OutOfRange"),
         ("Decode", "Internal"),
         ("other", "Unimplemented"),
@@ -367,7 +372,7 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     let start = Instant::now();
     let scrape = loop {
         let scrape = server.admin_get("/metrics").await.1;
-        let cancelled = r#"snowmint_requests_total{code="Cancelled",method="NextId",protocol="grpc"}"#;
+        let cancelled = r#"snowmint_requests_total{code="Cancelled",method="BatchIds",protocol="grpc"}"#;
         if metric_value(&scrape, cancelled) == 1.0 || start.elapsed() > Duration::from_secs(5) {
             break scrape;
         }

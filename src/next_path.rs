@@ -1,0 +1,232 @@
+//! `NextId` over gRPC, served without tonic's generic machinery: the call that most callers
+//! make most often, and whose cost is nearly all in the layers around it.
+//!
+//! tonic serves a unary call through its router, a request stream and decoder, an encoder
+//! with its own state machine and compression negotiation, and a body boxed and wrapped once
+//! per layer. A `NextId` request is five bytes (an empty message) and its answer fourteen, so
+//! here the request body is read whole, its one message decoded with prost, and the answer
+//! sent as one data frame and the trailers. Only the plain form of the call takes this path
+//! ([`NextIdPath::takes`]): HTTP/2, `POST`, content type `application/grpc` or
+//! `application/grpc+proto`, no compression. Anything else (gRPC-Web, a compressed request)
+//! goes to tonic's generated server as before, so every form is still answered.
+//!
+//! It keeps what tonic's path guarantees: the request size limit (`OUT_OF_RANGE`), the
+//! caller's `grpc-timeout` and the server's `--request-timeout-ms`, the same handler and
+//! error mapping ([`Service::next_id_within`], [`status_of`]), and the counting of every call
+//! by its final code ([`Call`]), recorded when the trailers go out, or as `CANCELLED` when
+//! the client goes away first. Of the two timeouts the shorter bounds the call: the minter is
+//! given it, less the margin that lets a refusal travel back in time, and refuses past it
+//! with `UNAVAILABLE` and the reason it could not mint (as it always did past a caller's
+//! `grpc-timeout`); a request body that has not arrived by then gets `CANCELLED`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Version, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use prost::Message;
+use tonic::{Code, Status};
+
+use crate::calls::Call;
+use crate::metrics::{MethodMetrics, Metrics, PROTOCOL_GRPC};
+use crate::minter::ConnectionKey;
+use crate::proto::NextIdRequest;
+use crate::service::{Service, answer_within, parse_grpc_timeout, status_of};
+
+/// The path of the call.
+const PATH: &str = "/snowmint.v1.IdService/NextId";
+/// A gRPC message's prefix: a compression flag and a 4-byte big-endian length.
+const PREFIX: usize = 5;
+
+/// `NextId` over gRPC, for every connection of the server.
+pub struct NextIdPath {
+    service: Arc<Service>,
+    calls: Arc<MethodMetrics>,
+    max_request_bytes: usize,
+    /// The longest any call may take (`--request-timeout-ms`).
+    request_timeout: Duration,
+}
+
+impl NextIdPath {
+    pub fn new(
+        service: Arc<Service>,
+        metrics: &Metrics,
+        max_request_bytes: usize,
+        request_timeout: Duration,
+    ) -> NextIdPath {
+        let calls = metrics.calls(PROTOCOL_GRPC).of("NextId").clone();
+        NextIdPath { service, calls, max_request_bytes, request_timeout }
+    }
+
+    /// Whether `request` is a plain gRPC `NextId` call, which this path serves, and if so
+    /// the time its caller allowed (`grpc-timeout`). The headers are read in one pass.
+    pub fn takes<B>(&self, request: &Request<B>) -> Option<Plain> {
+        if request.version() != Version::HTTP_2 || request.method() != Method::POST || request.uri().path() != PATH {
+            return None;
+        }
+        let (mut grpc, mut caller) = (false, None);
+        for (name, value) in request.headers() {
+            if name == header::CONTENT_TYPE {
+                grpc = value.as_bytes() == b"application/grpc" || value.as_bytes() == b"application/grpc+proto";
+            } else if name.as_str() == "grpc-timeout" {
+                caller = value.to_str().ok().and_then(parse_grpc_timeout);
+            } else if name.as_str() == "grpc-encoding" && value.as_bytes() != b"identity" {
+                return None;
+            }
+        }
+        grpc.then_some(Plain { caller })
+    }
+
+    /// Answers one call that [`NextIdPath::takes`], from the connection `connection`.
+    pub async fn call<B>(&self, request: Request<B>, plain: Plain, connection: ConnectionKey) -> Response<NextIdBody>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut call = Call::start(self.calls.clone());
+        let limit = plain.caller.map_or(self.request_timeout, |caller| caller.min(self.request_timeout));
+        let answer = async {
+            // The body nearly always is here already, and then the timer is never armed.
+            let message = match tokio::time::timeout(limit, self.message(request.into_body())).await {
+                Ok(message) => message?,
+                Err(_) => return Err(Status::cancelled("Timeout expired")),
+            };
+            let request = NextIdRequest::decode(message)
+                .map_err(|e| Status::internal(format!("failed to decode the NextIdRequest: {e}")))?;
+            // The minter answers within the time it is given, less the margin that lets a
+            // refusal reach the caller in time: no timer of this call's own to arm.
+            let within = Some(answer_within(limit));
+            let response = self.service.next_id_within(request, connection, within).await.map_err(status_of)?;
+            Ok::<_, Status>(framed(&response))
+        };
+        match answer.await {
+            Ok(frame) => {
+                let mut response = Response::new(NextIdBody { frame: Some(frame), trailers: true, call: Some(call) });
+                response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+                response
+            }
+            Err(status) => {
+                call.finish(status.code());
+                status.into_http()
+            }
+        }
+    }
+
+    /// The one message of a request body, within `--max-request-bytes`.
+    async fn message<B>(&self, mut body: B) -> Result<Bytes, Status>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let limit = self.max_request_bytes;
+        let broken = |e: B::Error| Status::cancelled(format!("the request body did not arrive whole: {}", e.into()));
+        // A request this small nearly always comes in one frame, already here.
+        let first = match body.frame().await {
+            None => Bytes::new(),
+            Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+            Some(Err(e)) => return Err(broken(e)),
+        };
+        let body = if body.is_end_stream() || first.len() > PREFIX + limit {
+            first
+        } else {
+            let rest = match Limited::new(body, PREFIX + limit - first.len()).collect().await {
+                Ok(rest) => rest.to_bytes(),
+                Err(e) if e.is::<LengthLimitError>() => return Err(too_large(None, limit)),
+                Err(e) => return Err(Status::cancelled(format!("the request body did not arrive whole: {e}"))),
+            };
+            let mut whole = BytesMut::with_capacity(first.len() + rest.len());
+            whole.extend_from_slice(&first);
+            whole.extend_from_slice(&rest);
+            whole.freeze()
+        };
+        if body.len() < PREFIX {
+            return Err(Status::internal("Missing request message."));
+        }
+        match body[0] {
+            0 => {}
+            1 => {
+                return Err(Status::internal(
+                    "the request's message is compressed, but the call names no grpc-encoding",
+                ));
+            }
+            flag => return Err(Status::internal(format!("invalid compression flag {flag} (valid flags are 0 and 1)"))),
+        }
+        let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        if length > limit {
+            return Err(too_large(Some(length), limit));
+        }
+        if body.len() != PREFIX + length {
+            return Err(Status::internal(format!(
+                "a unary call carries one whole message: its prefix gives {length} bytes, and {} follow",
+                body.len() - PREFIX
+            )));
+        }
+        Ok(body.slice(PREFIX..))
+    }
+}
+
+/// What [`NextIdPath::takes`] read of a plain call's headers.
+pub struct Plain {
+    /// The caller's `grpc-timeout`.
+    caller: Option<Duration>,
+}
+
+/// The refusal of a request message over `--max-request-bytes`, worded as tonic's.
+fn too_large(length: Option<usize>, limit: usize) -> Status {
+    let found = length.map_or_else(|| "more than that".to_string(), |n| format!("{n} bytes"));
+    Status::out_of_range(format!("Error, decoded message length too large: found {found}, the limit is: {limit} bytes"))
+}
+
+/// `message` as one gRPC message: the prefix, then its encoding.
+fn framed(message: &impl Message) -> Bytes {
+    let length = message.encoded_len();
+    let mut frame = BytesMut::with_capacity(PREFIX + length);
+    frame.put_u8(0);
+    frame.put_u32(length as u32);
+    message.encode(&mut frame).expect("the buffer holds the message");
+    frame.freeze()
+}
+
+/// An answer's body: the response message, then trailers with `grpc-status: 0`; empty when
+/// the answer is an error carried in the headers (a trailers-only response).
+#[derive(Default)]
+pub struct NextIdBody {
+    frame: Option<Bytes>,
+    trailers: bool,
+    /// Recorded when the trailers go out; dropped before that, the call is `CANCELLED`.
+    call: Option<Call>,
+}
+
+impl Body for NextIdBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Some(frame) = self.frame.take() {
+            return Poll::Ready(Some(Ok(Frame::data(frame))));
+        }
+        if !std::mem::take(&mut self.trailers) {
+            return Poll::Ready(None);
+        }
+        if let Some(mut call) = self.call.take() {
+            call.finish(Code::Ok);
+        }
+        let mut trailers = HeaderMap::with_capacity(1);
+        trailers.insert(Status::GRPC_STATUS, HeaderValue::from_static("0"));
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frame.is_none() && !self.trailers
+    }
+
+    /// Not exact on purpose: hyper would add a `content-length` header, which gRPC does not
+    /// need, to be encoded into every answer.
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}

@@ -1,0 +1,233 @@
+//! The gRPC port's HTTP server: accepts connections (plain or TLS, already capped by
+//! [`crate::connections`]), serves each with hyper over HTTP/2 or HTTP/1.1, and hands each
+//! request to [`NextIdPath`] when it is a plain gRPC `NextId` call, or to tonic's routes (the
+//! `IdService` over gRPC and Connect, health, reflection) otherwise.
+//!
+//! tonic's own server would wrap every request in half a dozen layers (tracing span, error
+//! recovery, timeout, connection info, boxing, routing) before any reached a handler; this
+//! one keeps what they do for snowmint and no more:
+//!
+//! - `--max-concurrent-streams`, the HTTP/2 keep-alive pings and their timeout, as hyper's
+//!   own settings;
+//! - `--request-timeout-ms` and the caller's `grpc-timeout`, the shorter of which ends a call
+//!   to tonic's routes with `CANCELLED`, as tonic's server does (a plain `NextId` keeps them
+//!   in its own way: [`NextIdPath`]);
+//! - `--max-connection-age`: past it a connection is told to go away (GOAWAY), and closed
+//!   once its calls in flight had `max_connection_age_grace` more to finish;
+//! - the peer's address (and TLS session) in every request's extensions, where tonic's
+//!   handlers read it;
+//! - on shutdown: accepting stops and the listener closes at once, every connection is told
+//!   to go away, and [`serve`] returns once the last one has finished its calls.
+//!
+//! HTTP/2 answers carry no `Date` header, as gRPC's own servers send none: it would be
+//! formatted and compressed into every response for no client that reads it. HTTP/1.1
+//! answers (Connect's, to `curl` and browsers) keep it.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+use tower_service::Service as _;
+
+use crate::minter::ConnectionKey;
+use crate::next_path::{NextIdBody, NextIdPath};
+use crate::server::Limits;
+use crate::service::parse_grpc_timeout;
+
+/// Serves the connections of `incoming` until `stop` completes, then lets every connection
+/// finish its calls; returns once all have closed.
+pub async fn serve<I, IO, E>(
+    incoming: I,
+    routes: Routes,
+    next_id: Arc<NextIdPath>,
+    limits: &Limits,
+    stop: impl Future<Output = ()>,
+) where
+    I: Stream<Item = Result<IO, E>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    E: std::fmt::Display,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // With a timer, hyper also enforces its HTTP/1.1 header read timeout.
+    builder.http1().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .keep_alive_interval(limits.keepalive_interval)
+        .keep_alive_timeout(limits.keepalive_timeout)
+        .auto_date_header(false);
+    let routes = routes.prepare();
+    let (closing, closed) = watch::channel(());
+    {
+        // Dropped when the loop ends, which closes the listener: no client connects to a
+        // server that will not answer.
+        let mut incoming = pin!(incoming);
+        let mut stop = pin!(stop);
+        loop {
+            let io = tokio::select! {
+                () = &mut stop => break,
+                next = incoming.next() => match next {
+                    Some(Ok(io)) => io,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "accept failed");
+                        continue;
+                    }
+                    None => break,
+                },
+            };
+            let dispatch = Dispatch::new(io.connect_info(), routes.clone(), next_id.clone(), limits.request_timeout);
+            let age = (limits.max_connection_age, limits.request_timeout);
+            tokio::spawn(serve_connection(builder.clone(), io, dispatch, closed.clone(), age));
+        }
+    }
+    let _ = closing.send(());
+    drop(closed);
+    closing.closed().await;
+}
+
+/// Serves one connection until it closes: told to go away at shutdown (a change on
+/// `closing`) or past its age, and closed at once when its calls outlast the age's grace.
+async fn serve_connection<IO, C>(
+    builder: auto::Builder<TokioExecutor>,
+    io: IO,
+    dispatch: Dispatch<C>,
+    mut closing: watch::Receiver<()>,
+    (max_age, grace): (Duration, Duration),
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    C: Clone + Send + Sync + 'static,
+{
+    let mut connection = pin!(builder.serve_connection(TokioIo::new(io), dispatch));
+    let aged = tokio::time::sleep(max_age);
+    let mut aged = pin!(aged);
+    let mut told = false;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => {
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = &mut aged => {
+                if told {
+                    tracing::debug!("closed a connection whose calls outlasted its age's grace");
+                    return;
+                }
+                told = true;
+                connection.as_mut().graceful_shutdown();
+                aged.as_mut().reset(tokio::time::Instant::now() + grace);
+            }
+            _ = closing.changed(), if !told => {
+                // Shutdown: no age applies any more, only the server's own grace, which its
+                // caller keeps.
+                told = true;
+                connection.as_mut().graceful_shutdown();
+                aged.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(365 * 86_400));
+            }
+        }
+    }
+}
+
+/// One connection's requests: `NextId` to its own path, the rest to tonic's routes.
+#[derive(Clone)]
+struct Dispatch<C> {
+    /// The peer's address (and TLS session), as tonic's handlers read it.
+    info: C,
+    /// The connection's key in the minter's fair queue.
+    connection: ConnectionKey,
+    routes: Routes,
+    next_id: Arc<NextIdPath>,
+    request_timeout: Duration,
+}
+
+impl<C: Clone + Send + Sync + 'static> Dispatch<C> {
+    fn new(info: C, routes: Routes, next_id: Arc<NextIdPath>, request_timeout: Duration) -> Dispatch<C> {
+        // The peer's address as tonic reads it from a request, read once for the connection.
+        let mut probe = tonic::Request::new(());
+        probe.extensions_mut().insert(info.clone());
+        let connection = ConnectionKey::of_peer(probe.remote_addr());
+        Dispatch { info, connection, routes, next_id, request_timeout }
+    }
+}
+
+type Answering = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
+
+impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>> for Dispatch<C> {
+    type Response = Response<Answer>;
+    type Error = Infallible;
+    type Future = Answering;
+
+    fn call(&self, mut request: Request<Incoming>) -> Answering {
+        if let Some(plain) = self.next_id.takes(&request) {
+            let (next_id, connection) = (self.next_id.clone(), self.connection);
+            return Box::pin(async move { Ok(next_id.call(request, plain, connection).await.map(Answer::NextId)) });
+        }
+        let caller = request.headers().get("grpc-timeout").and_then(|v| parse_grpc_timeout(v.to_str().ok()?));
+        let limit = caller.map_or(self.request_timeout, |caller| caller.min(self.request_timeout));
+        request.extensions_mut().insert(self.info.clone());
+        let answer = self.routes.clone().call(request);
+        Box::pin(async move {
+            Ok(match tokio::time::timeout(limit, answer).await {
+                Ok(Ok(response)) => response.map(Answer::Routes),
+                Ok(Err(never)) => match never {},
+                Err(_) => Status::cancelled("Timeout expired").into_http(),
+            })
+        })
+    }
+}
+
+/// A response body: `NextId`'s own, or one of tonic's routes.
+pub enum Answer {
+    NextId(NextIdBody),
+    Routes(tonic::body::Body),
+}
+
+impl Default for Answer {
+    fn default() -> Answer {
+        Answer::NextId(NextIdBody::default())
+    }
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        match self.get_mut() {
+            Answer::NextId(body) => Pin::new(body).poll_frame(cx),
+            Answer::Routes(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Answer::NextId(body) => body.is_end_stream(),
+            Answer::Routes(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Answer::NextId(body) => body.size_hint(),
+            Answer::Routes(body) => body.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The gRPC port's own HTTP server and `NextId`'s direct path, spoken to over raw HTTP/2: every
+//! limit tonic's path kept still holds on the direct one (request size, undecodable bytes, a
+//! body that never arrives, the server's request timeout), the forms the direct path does not
+//! take still reach tonic, every call is counted by its final code, and a connection past its
+//! age is told to go away while its calls in flight finish.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use common::{TestServer, config};
+use prost::Message;
+use snowmint::clock::{Clock, ManualClock, SystemClock};
+use snowmint::proto::{BatchIdsResponse, NextIdRequest, NextIdResponse};
+use tokio::net::TcpStream;
+
+const NEXT_ID: &str = "/snowmint.v1.IdService/NextId";
+
+/// An HTTP/2 connection to `addr`, and the task driving it, which ends when the connection
+/// closes.
+async fn connect(addr: SocketAddr) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    (client, tokio::spawn(connection))
+}
+
+/// `message` framed as one gRPC message.
+fn framed(message: &[u8]) -> Bytes {
+    let mut frame = BytesMut::with_capacity(5 + message.len());
+    frame.extend_from_slice(&[0]);
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    frame.freeze()
+}
+
+/// A call's outcome: its `grpc-status` and `grpc-message`, and the message it carried.
+#[derive(Debug)]
+struct Answer {
+    code: tonic::Code,
+    message: String,
+    body: Bytes,
+}
+
+/// Sends a call of `path` with `headers` and, unless `None`, `body` (ending the stream);
+/// reads the whole answer, within 10 s.
+async fn call(
+    client: &mut h2::client::SendRequest<Bytes>,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Bytes>,
+) -> Answer {
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut ready = client.clone().ready().await.unwrap();
+    let (response, mut send) = ready.send_request(request.body(()).unwrap(), false).unwrap();
+    if let Some(body) = body {
+        send.send_data(body, true).unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(10), read(response)).await.expect("the answer comes within 10 s")
+}
+
+async fn read(response: h2::client::ResponseFuture) -> Answer {
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let (parts, mut body) = response.into_parts();
+    let mut data = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        data.extend_from_slice(&chunk);
+    }
+    // A trailers-only answer has its status in the headers.
+    let trailers = body.trailers().await.unwrap().unwrap_or(parts.headers);
+    let status = tonic::Status::from_header_map(&trailers).expect("a grpc-status");
+    Answer { code: status.code(), message: status.message().to_string(), body: data.freeze() }
+}
+
+fn series(method: &str, code: &str) -> String {
+    format!(r#"snowmint_requests_total{{code="{code}",method="{method}",protocol="grpc"}}"#)
+}
+
+#[tokio::test]
+async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    config.limits.request_timeout = Duration::from_millis(400);
+    // The strict policy: a clock a little behind makes the minter wait.
+    config.max_clock_drift = Duration::ZERO;
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    common::client(server.grpc).await.next_id(NextIdRequest::default()).await.unwrap();
+    let (mut client, _connection) = connect(server.grpc).await;
+
+    // The plain call: one ID, in one message.
+    let ok = call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await;
+    assert_eq!(ok.code, tonic::Code::Ok, "{ok:?}");
+    let id = NextIdResponse::decode(&ok.body[5..]).unwrap().id;
+    assert_eq!(&ok.body[..5], &[0, 0, 0, 0, 9][..], "one uncompressed message of 9 bytes");
+    assert!(id > 0);
+
+    // Over --max-request-bytes (16 KiB): refused before it is read whole.
+    let big = call(&mut client, NEXT_ID, &[], Some(framed(&vec![0; 20_000]))).await;
+    assert_eq!(big.code, tonic::Code::OutOfRange, "{big:?}");
+    assert!(big.message.contains("16384"), "{big:?}");
+    // Bytes that are not a NextIdRequest: field 1 length-delimited where a bool belongs.
+    let garbage = BatchIdsResponse { ids: vec![1, 2, 3], ..Default::default() }.encode_to_vec();
+    let bad = call(&mut client, NEXT_ID, &[], Some(framed(&garbage))).await;
+    assert_eq!(bad.code, tonic::Code::Internal, "{bad:?}");
+    // A body with no message at all, and one with a second message after the first.
+    let empty = call(&mut client, NEXT_ID, &[], Some(Bytes::new())).await;
+    assert_eq!(empty.code, tonic::Code::Internal, "{empty:?}");
+    let two = call(&mut client, NEXT_ID, &[], Some([framed(&[]), framed(&[])].concat().into())).await;
+    assert_eq!(two.code, tonic::Code::Internal, "{two:?}");
+    // A compressed message the call did not announce.
+    let flagged = call(&mut client, NEXT_ID, &[], Some(Bytes::from_static(&[1, 0, 0, 0, 0]))).await;
+    assert_eq!(flagged.code, tonic::Code::Internal, "{flagged:?}");
+
+    // A body that never comes: the server's request timeout ends the call.
+    let started = Instant::now();
+    let stalled = call(&mut client, NEXT_ID, &[], None).await;
+    assert_eq!(stalled.code, tonic::Code::Cancelled, "{stalled:?}");
+    assert!(started.elapsed() >= Duration::from_millis(350), "{:?}", started.elapsed());
+
+    // A compressed call is not the plain form: tonic answers it, and says why it cannot.
+    let gzip = call(&mut client, NEXT_ID, &[("grpc-encoding", "gzip")], Some(framed(&[]))).await;
+    assert_eq!(gzip.code, tonic::Code::Unimplemented, "{gzip:?}");
+    assert!(gzip.message.contains("gzip"), "{gzip:?}");
+
+    // The clock falls behind and stays there: the minter refuses near the request timeout
+    // (less its margin), saying why, and sooner for a caller with a shorter grpc-timeout.
+    clock.step_wall(-4);
+    let started = Instant::now();
+    let waited = call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await;
+    assert_eq!(waited.code, tonic::Code::Unavailable, "{waited:?}");
+    assert!(waited.message.contains("could not mint before the call's deadline"), "{waited:?}");
+    let waited_for = started.elapsed();
+    assert!(waited_for >= Duration::from_millis(300), "{waited_for:?}");
+    let started = Instant::now();
+    let hurried = call(&mut client, NEXT_ID, &[("grpc-timeout", "100m")], Some(framed(&[]))).await;
+    assert_eq!(hurried.code, tonic::Code::Unavailable, "{hurried:?}");
+    assert!(started.elapsed() < waited_for, "{:?} against {waited_for:?}", started.elapsed());
+    clock.step_wall(4);
+    let after = call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await;
+    assert_eq!(after.code, tonic::Code::Ok, "{after:?}");
+    assert!(NextIdResponse::decode(&after.body[5..]).unwrap().id > id);
+
+    // Each counted once by its final code, on both paths.
+    for (code, calls) in [
+        ("OK", 3.0),
+        ("OutOfRange", 1.0),
+        ("Internal", 4.0),
+        ("Cancelled", 1.0),
+        ("Unimplemented", 1.0),
+        ("Unavailable", 2.0),
+    ] {
+        assert_eq!(server.metric(&series("NextId", code)).await, calls, "{code}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_past_its_age_is_told_to_go_away_and_its_calls_in_flight_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_connection_age = Duration::from_millis(300);
+    config.limits.request_timeout = Duration::from_secs(5);
+    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let (mut client, connection) = connect(server.grpc).await;
+    assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
+
+    // A call starts, and its body comes only once the connection is past its age.
+    let mut ready = client.clone().ready().await.unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1{NEXT_ID}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut send) = ready.send_request(request, false).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Told to go away: no new call is taken on this connection.
+    let refused = match client.clone().ready().await {
+        Err(e) => e.is_go_away(),
+        Ok(mut ready) => {
+            let request = http::Request::builder().method("POST").uri(format!("http://127.0.0.1{NEXT_ID}"));
+            match ready.send_request(request.body(()).unwrap(), true) {
+                Err(e) => e.is_go_away(),
+                Ok((response, _)) => response.await.is_err_and(|e| e.is_go_away() || e.reason().is_some()),
+            }
+        }
+    };
+    assert!(refused, "a new call on a connection past its age is refused");
+    // The call in flight finishes.
+    send.send_data(framed(&[]), true).unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), read(response)).await.unwrap();
+    assert_eq!(answer.code, tonic::Code::Ok, "{answer:?}");
+    // Then the connection closes, long before the grace of 5 s.
+    let closed = common::join_within(connection, Duration::from_secs(3), "the connection's close").await;
+    assert!(closed.is_ok(), "{closed:?}");
+    // A new connection is served as ever.
+    let (mut fresh, _connection) = connect(server.grpc).await;
+    assert_eq!(call(&mut fresh, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
+    server.stop().await;
+}
