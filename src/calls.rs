@@ -91,6 +91,11 @@ impl Call {
         Call { method, start: Instant::now(), done: false }
     }
 
+    /// How long the call has taken so far.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.start.elapsed()
+    }
+
     /// Records the call's final code, unless it was recorded already.
     pub fn finish(&mut self, code: Code) {
         if !self.done {

@@ -97,9 +97,9 @@ impl NextIdPath {
             };
             let request = NextIdRequest::decode(message)
                 .map_err(|e| Status::internal(format!("failed to decode the NextIdRequest: {e}")))?;
-            // The minter answers within the time it is given, less the margin that lets a
-            // refusal reach the caller in time: no timer of this call's own to arm.
-            let within = Some(answer_within(limit));
+            // The minter answers within the time left, less the margin that lets a refusal
+            // reach the caller in time: no timer of this call's own to arm.
+            let within = Some(answer_within(limit).saturating_sub(call.elapsed()));
             let response = self.service.next_id_within(request, connection, within).await.map_err(status_of)?;
             Ok::<_, Status>(framed(&response))
         };

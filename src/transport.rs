@@ -17,7 +17,8 @@
 //! - the peer's address (and TLS session) in every request's extensions, where tonic's
 //!   handlers read it;
 //! - on shutdown: accepting stops and the listener closes at once, every connection is told
-//!   to go away, and [`serve`] returns once the last one has finished its calls.
+//!   to go away, and [`serve`] returns once the last one has finished its calls; dropped
+//!   before that (the server's shutdown grace is over), it closes them all.
 //!
 //! HTTP/2 answers carry no `Date` header, as gRPC's own servers send none: it would be
 //! formatted and compressed into every response for no client that reads it. HTTP/1.1
@@ -38,6 +39,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 use tonic::service::Routes;
@@ -75,6 +77,9 @@ pub async fn serve<I, IO, E>(
         .auto_date_header(false);
     let routes = routes.prepare();
     let (closing, closed) = watch::channel(());
+    // The connections' tasks: dropped with this future, they end too, so a server given up
+    // on after its shutdown grace leaves no connection behind.
+    let mut connections = JoinSet::new();
     {
         // Dropped when the loop ends, which closes the listener: no client connects to a
         // server that will not answer.
@@ -83,6 +88,7 @@ pub async fn serve<I, IO, E>(
         loop {
             let io = tokio::select! {
                 () = &mut stop => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
                 next = incoming.next() => match next {
                     Some(Ok(io)) => io,
                     Some(Err(e)) => {
@@ -94,12 +100,11 @@ pub async fn serve<I, IO, E>(
             };
             let dispatch = Dispatch::new(io.connect_info(), routes.clone(), next_id.clone(), limits.request_timeout);
             let age = (limits.max_connection_age, limits.request_timeout);
-            tokio::spawn(serve_connection(builder.clone(), io, dispatch, closed.clone(), age));
+            connections.spawn(serve_connection(builder.clone(), io, dispatch, closed.clone(), age));
         }
     }
     let _ = closing.send(());
-    drop(closed);
-    closing.closed().await;
+    while connections.join_next().await.is_some() {}
 }
 
 /// Serves one connection until it closes: told to go away at shutdown (a change on
