@@ -21,6 +21,10 @@ use crate::error::ClientError;
 /// The pause after a refill that failed on every endpoint.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// IDs a caller takes from the buffer between two yields of its thread (see
+/// [`Buffer::next_id`]).
+const POPS_PER_YIELD: u32 = 1024;
+
 /// The local buffer's settings.
 #[derive(Debug, Clone)]
 pub struct BufferConfig {
@@ -54,6 +58,10 @@ struct State {
     buffered: usize,
     /// Refills under way.
     refilling: usize,
+    /// Refill tasks waiting to be woken.
+    idle: usize,
+    /// IDs taken from the buffer, counted to `POPS_PER_YIELD`.
+    pops: u32,
     /// Refills that failed so far; a caller waiting on an empty buffer fails when this moves.
     failures: u64,
     /// The error of the last failed refill.
@@ -94,8 +102,8 @@ impl Buffer {
         self.refill.notify_waiters();
     }
 
-    /// Pops one ID, dropping batches past their age; and whether the buffer is low.
-    fn pop(&self) -> (Option<u64>, bool) {
+    /// Pops one ID, dropping batches past their age.
+    fn pop(&self) -> Popped {
         let mut state = self.state.lock().expect("buffer lock");
         let now = Instant::now();
         while let Some(front) = state.batches.front() {
@@ -106,10 +114,19 @@ impl Buffer {
             state.buffered -= dropped.ids.len();
         }
         let id = state.batches.front_mut().and_then(|b| b.ids.pop_front());
+        let mut pause = false;
         if id.is_some() {
             state.buffered -= 1;
+            state.pops += 1;
+            if state.pops == POPS_PER_YIELD {
+                state.pops = 0;
+                pause = true;
+            }
         }
-        (id, self.is_low(&state))
+        // Refill tasks that are fetching look again when their batch arrives; only an idle
+        // one needs waking.
+        let wake = state.idle > 0 && self.is_low(&state);
+        Popped { id, wake, pause }
     }
 
     fn is_low(&self, state: &State) -> bool {
@@ -119,16 +136,21 @@ impl Buffer {
     /// One ID from the buffer, waiting for a refill when it is empty: until `deadline`, or
     /// the attempts' worth of timeouts without one.
     pub(crate) async fn next_id(&self, endpoints: &Endpoints, deadline: Option<Instant>) -> Result<u64, ClientError> {
-        // A pop never waits, so a caller looping on next_id() would never give its thread
-        // back, and the refill it just woke (queued on the same thread) would not run until
-        // the buffer is empty. Take part in tokio's cooperative budget instead: yield now and
-        // then.
-        tokio::task::coop::consume_budget().await;
-        let (id, low) = self.pop();
-        if low {
+        let popped = self.pop();
+        // A pop never waits, so a caller looping on next_id() would not give its thread back
+        // until the buffer is empty, and a refill task it wakes, queued on the same thread (in
+        // the slot other threads do not steal from), would not run before then. So the caller
+        // yields once after waking a refill, and once every POPS_PER_YIELD IDs for the other
+        // tasks of its thread. Not on tokio's cooperative budget: it yields every 128 pops,
+        // a few microseconds apart, and each of those yields woke another thread of the
+        // runtime, which cost more than the pops.
+        if popped.wake {
             self.refill.notify_one();
         }
-        match id {
+        if popped.wake || popped.pause {
+            tokio::task::yield_now().await;
+        }
+        match popped.id {
             Some(id) => Ok(id),
             None => self.wait(endpoints, deadline).await,
         }
@@ -141,8 +163,8 @@ impl Buffer {
         loop {
             // Registered before looking again, so no refill is missed.
             let filled = self.filled.notified();
-            let (id, low) = self.pop();
-            if low {
+            let Popped { id, wake, .. } = self.pop();
+            if wake {
                 self.refill.notify_one();
             }
             if let Some(id) = id {
@@ -162,6 +184,15 @@ impl Buffer {
             }
         }
     }
+}
+
+/// What a pop got, and what the caller does next.
+struct Popped {
+    id: Option<u64>,
+    /// The buffer is low and a refill task is idle: wake one.
+    wake: bool,
+    /// The caller has taken `POPS_PER_YIELD` IDs since it last yielded.
+    pause: bool,
 }
 
 /// What a refill task does next.
@@ -185,6 +216,7 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, signal: Arc<Not
         let turn = {
             let mut state = strong.state.lock().expect("buffer lock");
             if !strong.is_low(&state) {
+                state.idle += 1;
                 Turn::Idle
             } else if let Some(at) = state.retry_at.filter(|at| *at > Instant::now()) {
                 Turn::Pause(at)
@@ -198,6 +230,8 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, signal: Arc<Not
                 drop(strong);
                 // Wake now and then to end once the client is dropped.
                 let _ = tokio::time::timeout(Duration::from_secs(1), woken).await;
+                let Some(strong) = buffer.upgrade() else { return };
+                strong.state.lock().expect("buffer lock").idle -= 1;
                 continue;
             }
             Turn::Pause(at) => {
