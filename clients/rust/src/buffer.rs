@@ -6,6 +6,10 @@
 //! leaves the buffer once, under its lock; a dropped one is never handed out. A refill that
 //! failed on every endpoint fails the callers waiting for it, and no refill starts again for
 //! 100 ms, so a fleet that is down is not hammered.
+//!
+//! Ages are read on Linux's coarse monotonic clock while a batch is well within `max_age`,
+//! and on the precise one (tokio's `Instant`) near it: with tokio's clock paused, as in a
+//! test, a batch expires only once the system's clock has come within 50 ms of `max_age`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +24,11 @@ use crate::error::ClientError;
 
 /// The pause after a refill that failed on every endpoint.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// How far inside `max_age` a batch's age must be on the coarse clock to be taken as within
+/// it without reading the precise clock: far more than the coarse clock lags (one kernel
+/// tick, 1 to 10 ms).
+const COARSE_MARGIN: Duration = Duration::from_millis(50);
 
 /// IDs a caller takes from the buffer between two yields of its thread (see
 /// [`Buffer::next_id`]).
@@ -48,7 +57,40 @@ impl Default for BufferConfig {
 /// A batch of prefetched IDs.
 struct Fetched {
     ids: VecDeque<u64>,
+    /// When it arrived, on the precise clock and on the coarse one.
     at: Instant,
+    at_coarse: Option<Duration>,
+}
+
+impl Fetched {
+    /// Whether the batch is within `max_age` of its arrival. Read on the precise clock, this
+    /// costs tens of nanoseconds on some machines (virtual ones): as much as the rest of a
+    /// pop. So the coarse clock answers while the batch is well inside the bound, and the
+    /// precise one (`now`, read at most once per pop) only near it.
+    fn fresh(&self, max_age: Duration, coarse: Option<Duration>, now: &mut Option<Instant>) -> bool {
+        if let (Some(coarse), Some(at)) = (coarse, self.at_coarse)
+            && coarse.saturating_sub(at) + COARSE_MARGIN <= max_age
+        {
+            return true;
+        }
+        now.get_or_insert_with(Instant::now).duration_since(self.at) <= max_age
+    }
+}
+
+/// The monotonic clock as of the last kernel tick (Linux's `CLOCK_MONOTONIC_COARSE`): a few
+/// nanoseconds to read, and behind the precise clock by at most a tick.
+#[cfg(target_os = "linux")]
+fn coarse_now() -> Option<Duration> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for the call to write, and the clock is one Linux has.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) } == 0;
+    read.then(|| Duration::new(now.tv_sec as u64, now.tv_nsec as u32))
+}
+
+/// Elsewhere, every age is read on the precise clock.
+#[cfg(not(target_os = "linux"))]
+fn coarse_now() -> Option<Duration> {
+    None
 }
 
 #[derive(Default)]
@@ -105,9 +147,9 @@ impl Buffer {
     /// Pops one ID, dropping batches past their age.
     fn pop(&self) -> Popped {
         let mut state = self.state.lock().expect("buffer lock");
-        let now = Instant::now();
+        let (coarse, mut now) = (coarse_now(), None);
         while let Some(front) = state.batches.front() {
-            if now.duration_since(front.at) <= self.config.max_age && !front.ids.is_empty() {
+            if !front.ids.is_empty() && front.fresh(self.config.max_age, coarse, &mut now) {
                 break;
             }
             let dropped = state.batches.pop_front().expect("front exists");
@@ -248,7 +290,7 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, signal: Arc<Not
             match result {
                 Ok(ids) => {
                     state.buffered += ids.len();
-                    state.batches.push_back(Fetched { ids: ids.into(), at: Instant::now() });
+                    state.batches.push_back(Fetched { ids: ids.into(), at: Instant::now(), at_coarse: coarse_now() });
                 }
                 Err(error) => {
                     state.failures += 1;
