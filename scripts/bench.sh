@@ -285,7 +285,7 @@ slots_load() {
     done
   fi
   for round in $(seq "$rounds"); do
-    # BatchIds(65536), 16 in flight on each of 2 connections: the minter fills each tick
+    # BatchIds(65536), 16 in flight, 8 on each of 2 connections: the minter fills each tick
     # across the slots, and a call is waiting on every connection when a tick begins.
     for k in 1 4 8; do
       runs[$k]+=" $(run_ids "$work/slots-$k.txt" "$bin" bench --addr "http://127.0.0.1:${port[$k]}" --method batch \
@@ -325,7 +325,7 @@ One instance holding k slots$beside, ${d} s each, medians of $rounds interleaved
 
 | measurement | IDs/s | share of the ceiling | rounds | server peak RSS (MB) |
 |---|---:|---:|---|---:|
-| snowmint, 1 slot, BatchIds(65536), 16 in flight on 2 connections | $k1 | $(pct "$k1" $slot) of 4,096,000 | $(rounds_of "${runs[1]}") | ${rss[1]} |
+| snowmint, 1 slot, BatchIds(65536), 16 in flight over 2 connections | $k1 | $(pct "$k1" $slot) of 4,096,000 | $(rounds_of "${runs[1]}") | ${rss[1]} |
 | snowmint, 4 slots, the same | $k4 | $(pct "$k4" $((4 * slot))) of 16,384,000 | $(rounds_of "${runs[4]}") | ${rss[4]} |
 | snowmint, 8 slots, the same | $k8 | $(pct "$k8" $((8 * slot))) of 32,768,000 | $(rounds_of "${runs[8]}") | ${rss[8]} |
 | snowmint, 4 slots, buffered client to 1 caller | $buffered | $(pct "$buffered" $((4 * slot))) of 16,384,000 | $(rounds_of "${runs[buffered]}") | (the 4 slots' above) |
