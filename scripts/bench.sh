@@ -9,29 +9,42 @@
 #   - mixed load (the minter's fair queue): NextId latency of one caller on a quiet instance
 #     and beside a client saturating it with BatchIds(65536), 16 in flight; that bulk
 #     client's IDs/s alone and beside the NextId caller, against the ceiling; and the shares
-#     of two bulk clients of different batch sizes (65,536 and 4,096, 16 in flight each).
+#     of two bulk clients of different batch sizes (65,536 and 4,096, 16 in flight each);
+#   - slots: BatchIds IDs/s of one instance holding k = 1, 4 and 8 worker slots, against
+#     k x 4,096,000, and the buffered Rust client's IDs/s to one caller with k = 4; with
+#     --peers, ferroid's tonic server (ferroid-tonic-server 2.0.0) at 1 and 128 workers,
+#     through bench/ferroid-client.
 #
 # Prints Markdown tables (the README's performance section) and how each target fared.
 #
-#   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--fair-quantum IDS]
+#   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers]
+#                    [--fair-quantum IDS]
 #
 # --mixed-only runs the mixed-load measurements alone (no h2load, Redis or PostgreSQL);
-# --fair-quantum runs their server with that quantum instead of the default.
+# --fair-quantum runs their server with that quantum instead of the default. --slots-only
+# runs the slots measurements alone (no h2load, Redis or PostgreSQL either); --peers adds
+# ferroid to them, with or without --slots-only.
 #
 # Each measurement runs for --duration seconds (default 10). snowmint's NextId, Redis and
 # PostgreSQL take turns for --rounds rounds (default 5), and the table shows each one's
-# median.
+# median; so do the slots measurements and ferroid's, among themselves.
 #
 # Installs h2load (nghttp2-client), Redis and PostgreSQL from Debian when missing. Must run
 # as root for PostgreSQL (it runs the server as the postgres user); without root the
-# PostgreSQL column is skipped.
+# PostgreSQL column is skipped. --peers installs ferroid-tonic-server with `cargo install`
+# and builds bench/ferroid-client, both under ${XDG_CACHE_HOME:-~/.cache}/snowmint-peers
+# (outside the repository; kept between runs). Their build needs protoc: the one on PATH, or
+# the one snowmint's own build took from the protoc-bin-vendored crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 duration=10
 rounds=5
 mixed_only=false
+slots_only=false
+peers=false
 quantum=()
+usage="usage: scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers] [--fair-quantum IDS]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -39,13 +52,19 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --rounds=*) rounds=${1#*=}; shift ;;
     --mixed-only) mixed_only=true; shift ;;
+    --slots-only) slots_only=true; shift ;;
+    --peers) peers=true; shift ;;
     --fair-quantum) quantum=(--fair-quantum "$2"); shift 2 ;;
-    *) echo "usage: scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--fair-quantum IDS]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+if $mixed_only && $slots_only; then
+  echo "--mixed-only and --slots-only each run one part alone: give one of them" >&2
+  exit 2
+fi
 
 need=()
-if ! $mixed_only; then
+if ! $mixed_only && ! $slots_only; then
   command -v h2load >/dev/null || need+=(nghttp2-client)
   command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || need+=(redis-server redis-tools)
   command -v pgbench >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
@@ -61,6 +80,29 @@ fi
 
 cargo build --release --locked -q
 bin=target/release/snowmint
+
+if $peers; then
+  peers_dir=${XDG_CACHE_HOME:-$HOME/.cache}/snowmint-peers
+  ferroid_server=$peers_dir/bin/ferroid-tonic-server
+  ferroid_client=$peers_dir/target/release/ferroid-client
+  # Both builds compile ferroid's proto: with the protoc on PATH or in $PROTOC, else with the
+  # one snowmint's own build unpacked from the protoc-bin-vendored crate.
+  if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null; then
+    arch=$(uname -m | sed 's/aarch64/aarch_64/')
+    PROTOC=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/protoc-bin-vendored-linux-"$arch"-*/bin/protoc 2>/dev/null \
+      | sort -V | tail -n 1 || true)
+    if [ -z "$PROTOC" ]; then
+      echo "--peers builds ferroid's proto and needs protoc: install protobuf-compiler or set PROTOC" >&2
+      exit 1
+    fi
+    export PROTOC
+  fi
+  if [ ! -x "$ferroid_server" ]; then
+    echo "installing ferroid-tonic-server 2.0.0 into $peers_dir" >&2
+    cargo install ferroid-tonic-server --version 2.0.0 --locked --root "$peers_dir" -q
+  fi
+  cargo build --release --locked -q --manifest-path bench/ferroid-client/Cargo.toml --target-dir "$peers_dir/target"
+fi
 
 work=$(mktemp -d)
 chmod 755 "$work"
@@ -81,13 +123,14 @@ metric() { http_get "http://127.0.0.1:$admin_port/metrics" | awk -v m="$1" '$1 =
 # Peak resident set of a process, in MB.
 peak_rss_mb() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
-# start_server [serve flags...]: a snowmint server on fresh ports; sets server, grpc_port,
+# start_server [serve flags...]: a snowmint server on fresh ports and a state dir of its own
+# (several run at once, and none waits out another's reservations); sets server, grpc_port,
 # admin_port, and returns once it mints.
 start_server() {
   grpc_port=$(free_port)
   admin_port=$(free_port)
   "$bin" serve --listen "127.0.0.1:$grpc_port" --admin-listen "127.0.0.1:$admin_port" \
-    --state-dir "$work/state" --log-format json "$@" 2>>"$work/snowmint.log" &
+    --state-dir "$(mktemp -d "$work/state.XXXXXX")" --log-format json "$@" 2>>"$work/snowmint.log" &
   server=$!
   pids+=("$server")
   for _ in $(seq 100); do
@@ -191,9 +234,129 @@ EOF
     "two bulk clients each within 20% of an equal share ($big_ids and $small_ids IDs/s)"
 }
 
+# --- Slots: an instance holding k worker slots mints up to k x 4,096,000 IDs/s. BatchIds
+# with k = 1, 4 and 8, the buffered client to one caller with k = 4 and, with --peers,
+# ferroid's tonic server at 1 and 128 workers take turns in rounds, as NextId and the ticket
+# servers do: each figure is the median of its rounds. Every server starts once, with the
+# default worker threads, and idles while another is measured.
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+# run_ids FILE COMMAND...: runs a load client into FILE and prints its IDs/s. A failed run (a
+# failed call, a duplicate ID) stops the script, showing the client's report.
+run_ids() {
+  local out=$1
+  shift
+  if ! "$@" >"$out"; then
+    echo "failed: $*" >&2
+    cat "$out" >&2
+    exit 1
+  fi
+  ids_per_s "$out"
+}
+# start_ferroid WORKERS: ferroid's server on a fresh port; sets ferroid_port and ferroid_pid.
+start_ferroid() {
+  ferroid_port=$(free_port)
+  "$ferroid_server" --num-workers "$1" --server-addr "127.0.0.1:$ferroid_port" >>"$work/ferroid.log" 2>&1 &
+  ferroid_pid=$!
+  pids+=("$ferroid_pid")
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$ferroid_port") 2>/dev/null && return
+    sleep 0.1
+  done
+  echo "ferroid-tonic-server did not start; see its log:" >&2
+  cat "$work/ferroid.log" >&2
+  exit 1
+}
+# rounds_of "A B C": "A, B, C".
+rounds_of() { echo "$1" | sed 's/^ //; s/ /, /g'; }
+
+slots_load() {
+  local d=$duration k w round
+  local -A port pid runs rss
+  for k in 1 4 8; do
+    start_server --worker-id "0-$((k - 1))"
+    port[$k]=$grpc_port
+    pid[$k]=$server
+  done
+  if $peers; then
+    for w in 1 128; do
+      start_ferroid "$w"
+      port[f$w]=$ferroid_port
+      pid[f$w]=$ferroid_pid
+    done
+  fi
+  for round in $(seq "$rounds"); do
+    # BatchIds(65536), 16 in flight, 8 on each of 2 connections: the minter fills each tick
+    # across the slots, and a call is waiting on every connection when a tick begins.
+    for k in 1 4 8; do
+      runs[$k]+=" $(run_ids "$work/slots-$k.txt" "$bin" bench --addr "http://127.0.0.1:${port[$k]}" --method batch \
+        --batch-size 65536 --concurrency 16 --connections 2 --duration "$d")"
+    done
+    # The buffered client to one caller, refilling 65,536 IDs at a time, 4 refills at most
+    # in flight (snowmint bench's buffer settings).
+    runs[buffered]+=" $(run_ids "$work/slots-buffered.txt" "$bin" bench --addr "http://127.0.0.1:${port[4]}" \
+      --method buffered --batch-size 65536 --concurrency 1 --duration "$d")"
+    local peer_line=""
+    if $peers; then
+      # ferroid: StreamIds asking for 10^9 IDs each, 4 streams on each of 2 connections.
+      for w in 1 128; do
+        runs[f$w]+=" $(run_ids "$work/ferroid-$w.txt" "$ferroid_client" --addr "http://127.0.0.1:${port[f$w]}" \
+          --connections 2 --streams 4 --duration "$d")"
+      done
+      peer_line=", ferroid 1 and 128 workers ${runs[f1]##* } ${runs[f128]##* }"
+    fi
+    echo "round $round: IDs/s, 1, 4 and 8 slots ${runs[1]##* } ${runs[4]##* } ${runs[8]##* }, buffered ${runs[buffered]##* }$peer_line" >&2
+  done
+  for k in "${!pid[@]}"; do
+    rss[$k]=$(peak_rss_mb "${pid[$k]}")
+    kill "${pid[$k]}"
+    wait "${pid[$k]}" 2>/dev/null || true
+  done
+
+  local slot=4096000 k1 k4 k8 buffered f128=0
+  k1=$(median ${runs[1]})
+  k4=$(median ${runs[4]})
+  k8=$(median ${runs[8]})
+  buffered=$(median ${runs[buffered]})
+  local beside=""
+  if $peers; then beside=", beside ferroid's tonic server"; fi
+  cat <<EOF
+
+One instance holding k slots$beside, ${d} s each, medians of $rounds interleaved rounds:
+
+| measurement | IDs/s | share of the ceiling | rounds | server peak RSS (MB) |
+|---|---:|---:|---|---:|
+| snowmint, 1 slot, BatchIds(65536), 16 in flight over 2 connections | $k1 | $(pct "$k1" $slot) of 4,096,000 | $(rounds_of "${runs[1]}") | ${rss[1]} |
+| snowmint, 4 slots, the same | $k4 | $(pct "$k4" $((4 * slot))) of 16,384,000 | $(rounds_of "${runs[4]}") | ${rss[4]} |
+| snowmint, 8 slots, the same | $k8 | $(pct "$k8" $((8 * slot))) of 32,768,000 | $(rounds_of "${runs[8]}") | ${rss[8]} |
+| snowmint, 4 slots, buffered client to 1 caller | $buffered | $(pct "$buffered" $((4 * slot))) of 16,384,000 | $(rounds_of "${runs[buffered]}") | (the 4 slots' above) |
+EOF
+  if $peers; then
+    local f1
+    f1=$(median ${runs[f1]})
+    f128=$(median ${runs[f128]})
+    cat <<EOF
+| ferroid, 1 worker, StreamIds, 4 streams on 2 connections | $f1 | $(pct "$f1" $slot) of 4,096,000 | $(rounds_of "${runs[f1]}") | ${rss[f1]} |
+| ferroid, 128 workers, the same | $f128 | $(pct "$f128" $((128 * slot))) of 524,288,000 | $(rounds_of "${runs[f128]}") | ${rss[f128]} |
+EOF
+  fi
+  echo
+  verdict "$k8 >= 25000000" "one instance with 8 slots >= 25M IDs/s over BatchIds ($k8)"
+  if $peers; then
+    verdict "$k8 > $f128" "8 slots ahead of ferroid's 128 workers ($k8 vs $f128 IDs/s)"
+  else
+    echo "skipped 8 slots ahead of ferroid's 128 workers (measured with --peers)"
+  fi
+  verdict "$buffered >= 10000000" "buffered Rust client, one caller, 4 slots >= 10M IDs/s ($buffered)"
+}
+
 if $mixed_only; then
   start_server "${quantum[@]}"
   mixed_load
+  exit 0
+fi
+
+if $slots_only; then
+  slots_load
   exit 0
 fi
 
@@ -258,7 +421,6 @@ for round in $(seq "$rounds"); do
   if $pg; then pg_last=${pg_runs[-1]}; fi
   echo "round $round: snowmint ${next_runs[-1]}, Redis ${redis_runs[-1]}, PostgreSQL $pg_last calls/s" >&2
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 next_rps=$(median "${next_runs[@]}")
 redis_rps=$(median "${redis_runs[@]}")
 pg_rps=skipped
@@ -327,3 +489,8 @@ kill "$server"
 wait "$server" 2>/dev/null || true
 start_server "${quantum[@]}"
 mixed_load
+
+# --- Slots, and with --peers ferroid.
+kill "$server"
+wait "$server" 2>/dev/null || true
+slots_load

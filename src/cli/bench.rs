@@ -3,6 +3,11 @@
 //! IDs/s and latency percentiles, and checks that every ID it received is unique. A run with
 //! a failed call or a duplicate ID is a failed run ([`Report::verdict`]): its figures measure
 //! something else than a server serving.
+//!
+//! The IDs are kept as runs of consecutive values ([`Runs`]): a batch comes as a few runs
+//! (whole ticks, or the fair queue's turns within one), so tens of millions of IDs a second
+//! take a few megabytes rather than hundreds of megabytes of fresh memory a second, whose
+//! page faults would throttle the client; and the check sorts runs rather than IDs.
 
 use std::time::{Duration, Instant};
 
@@ -51,11 +56,17 @@ pub struct BenchArgs {
     pub rate: Option<f64>,
 }
 
+/// Buffered calls timed: one in this many. A buffered `next_id()` costs about as much as
+/// reading the clock twice, so timing every call would halve the rate it measures.
+pub const BUFFERED_LATENCY_SAMPLE: u64 = 16;
+
 /// What a run measured.
 #[derive(Debug, Clone)]
 pub struct Report {
     /// Calls that succeeded.
     pub calls: u64,
+    /// The latencies are of one call in this many (1: of every call).
+    pub timed_every: u64,
     /// Calls that failed.
     pub errors: u64,
     /// What the first failed call got, when one failed.
@@ -102,7 +113,11 @@ impl std::fmt::Display for Report {
         }
         writeln!(f, "calls/s     {:.0}", self.calls_per_second())?;
         writeln!(f, "IDs/s       {:.0}", self.ids_per_second())?;
-        writeln!(f, "latency     p50 {:?}  p99 {:?}  p999 {:?}  max {:?}", self.p50, self.p99, self.p999, self.max)?;
+        write!(f, "latency     p50 {:?}  p99 {:?}  p999 {:?}  max {:?}", self.p50, self.p99, self.p999, self.max)?;
+        if self.timed_every > 1 {
+            write!(f, "  (of every {}th call)", self.timed_every)?;
+        }
+        writeln!(f)?;
         if self.duplicates == 0 {
             write!(f, "unique      all {} IDs are unique", self.ids)
         } else {
@@ -143,6 +158,8 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
         // Let the first refills arrive before the clock starts.
         client.next_id().await.map_err(|e| e.to_string())?;
     }
+    // Paced calls are timed anyway, to know when the next one is due.
+    let timed_every = if args.method == Method::Buffered && interval.is_none() { BUFFERED_LATENCY_SAMPLE } else { 1 };
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..args.concurrency {
@@ -150,21 +167,30 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
             Some(client) => Target::Buffered(client.clone()),
             None => Target::Server(IdServiceClient::new(channels[i % channels.len()].clone())),
         };
-        let load = Load { method: args.method, batch_size: args.batch_size, until, interval, budget: budget.clone() };
+        let load = Load {
+            method: args.method,
+            batch_size: args.batch_size,
+            until,
+            interval,
+            budget: budget.clone(),
+            timed_every,
+        };
         tasks.push(tokio::spawn(worker(target, load)));
     }
     let mut results = Vec::with_capacity(tasks.len());
     for task in tasks {
         results.push(task.await.map_err(|e| e.to_string())?);
     }
-    // Before the IDs are gathered and sorted, which takes a while for millions of them.
+    // Before the IDs are gathered and checked.
     let elapsed = start.elapsed();
-    let mut ids = Vec::with_capacity(results.iter().map(|r| r.ids.len()).sum());
+    let mut runs = Vec::with_capacity(results.iter().map(|r| r.ids.runs()).sum());
     let mut latencies = Vec::with_capacity(results.iter().map(|r| r.latencies.len()).sum());
-    let mut errors = 0;
+    let (mut calls, mut errors, mut total) = (0, 0, 0);
     let mut first_error = None;
     for result in results {
-        result.ids.drain_into(&mut ids);
+        calls += result.calls;
+        total += result.ids.ids;
+        result.ids.drain_into(&mut runs);
         result.latencies.drain_into(&mut latencies);
         errors += result.errors;
         first_error = first_error.or(result.first_error);
@@ -175,13 +201,13 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
             .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
             .map_or(Duration::ZERO, |&ns| Duration::from_nanos(ns))
     };
-    let total = ids.len() as u64;
     Ok(Report {
-        calls: latencies.len() as u64,
+        calls,
+        timed_every,
         errors,
         first_error,
         ids: total,
-        duplicates: duplicates(&mut ids),
+        duplicates: duplicates(&mut runs),
         elapsed,
         p50: pct(0.50),
         p99: pct(0.99),
@@ -190,24 +216,92 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     })
 }
 
-/// How many of `ids` repeat an earlier one (sorts them).
-fn duplicates(ids: &mut [u64]) -> u64 {
-    ids.sort_unstable();
-    ids.windows(2).filter(|pair| pair[0] == pair[1]).count() as u64
+/// IDs `start`, `start + 1`, ... `start + len - 1`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Run {
+    start: u64,
+    len: u64,
+}
+
+impl Run {
+    /// One past the last ID (past `u64::MAX` for a run that ends there).
+    fn end(&self) -> u128 {
+        u128::from(self.start) + u128::from(self.len)
+    }
+}
+
+/// How many of the IDs in `runs` repeat another: all of them less the distinct ones (sorts
+/// the runs).
+fn duplicates(runs: &mut [Run]) -> u64 {
+    runs.sort_unstable_by_key(|run| run.start);
+    let (mut all, mut distinct, mut covered) = (0u128, 0u128, 0u128);
+    for run in runs.iter() {
+        all += u128::from(run.len);
+        distinct += run.end().saturating_sub(covered.max(u128::from(run.start)));
+        covered = covered.max(run.end());
+    }
+    (all - distinct) as u64
+}
+
+/// The IDs a worker received, in the order received, as runs of consecutive IDs.
+#[derive(Default)]
+struct Runs {
+    done: Chunks<Run>,
+    /// The run the next ID may extend (none while its `len` is 0).
+    open: Run,
+    /// IDs in all.
+    ids: u64,
+}
+
+impl Runs {
+    fn push(&mut self, id: u64) {
+        self.ids += 1;
+        // A run that ends at u64::MAX is not continued by 0.
+        if self.open.len > 0 && id == self.open.start.wrapping_add(self.open.len) && id != 0 {
+            self.open.len += 1;
+        } else {
+            if self.open.len > 0 {
+                self.done.push(self.open);
+            }
+            self.open = Run { start: id, len: 1 };
+        }
+    }
+
+    fn push_all(&mut self, ids: &[u64]) {
+        for &id in ids {
+            self.push(id);
+        }
+    }
+
+    fn runs(&self) -> usize {
+        self.done.len() + usize::from(self.open.len > 0)
+    }
+
+    fn drain_into(self, out: &mut Vec<Run>) {
+        self.done.drain_into(out);
+        if self.open.len > 0 {
+            out.push(self.open);
+        }
+    }
 }
 
 /// Values kept in chunks that never grow past their first allocation, so keeping millions
 /// never copies them: a doubling `Vec` stalls its caller for milliseconds each time it grows,
 /// long enough to leave the server idle through whole ticks.
-#[derive(Default)]
-struct Chunks {
-    chunks: Vec<Vec<u64>>,
+struct Chunks<T> {
+    chunks: Vec<Vec<T>>,
 }
 
-impl Chunks {
+impl<T> Default for Chunks<T> {
+    fn default() -> Chunks<T> {
+        Chunks { chunks: Vec::new() }
+    }
+}
+
+impl<T: Copy> Chunks<T> {
     const CHUNK: usize = 1 << 16;
 
-    fn push(&mut self, value: u64) {
+    fn push(&mut self, value: T) {
         match self.chunks.last_mut() {
             Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(value),
             _ => {
@@ -218,16 +312,11 @@ impl Chunks {
         }
     }
 
-    /// Keeps a whole vector as one chunk, without copying it.
-    fn push_all(&mut self, values: Vec<u64>) {
-        self.chunks.push(values);
-    }
-
     fn len(&self) -> usize {
         self.chunks.iter().map(Vec::len).sum()
     }
 
-    fn drain_into(self, out: &mut Vec<u64>) {
+    fn drain_into(self, out: &mut Vec<T>) {
         for chunk in self.chunks {
             out.extend_from_slice(&chunk);
         }
@@ -236,8 +325,10 @@ impl Chunks {
 
 /// What one worker got.
 struct Outcome {
-    ids: Chunks,
-    latencies: Chunks,
+    /// Calls that succeeded.
+    calls: u64,
+    ids: Runs,
+    latencies: Chunks<u64>,
     errors: u64,
     first_error: Option<String>,
 }
@@ -256,16 +347,32 @@ struct Load {
     interval: Option<Duration>,
     /// Calls left, when a count was given.
     budget: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// Time one call in this many; the end of the run is noticed on those calls.
+    timed_every: u64,
 }
 
 async fn worker(mut target: Target, load: Load) -> Outcome {
     use std::sync::atomic::Ordering;
-    let mut out = Outcome { ids: Chunks::default(), latencies: Chunks::default(), errors: 0, first_error: None };
+    let mut out =
+        Outcome { calls: 0, ids: Runs::default(), latencies: Chunks::default(), errors: 0, first_error: None };
     let mut next_at = Instant::now();
-    // One clock read per call: a call's end is the next one's start (a read costs tens of
-    // nanoseconds, a good part of a buffered next_id()).
+    // Timing every call, one clock read per call: a call's end is the next one's start (a
+    // read costs tens of nanoseconds, a good part of a buffered next_id()). Timing one call
+    // in `timed_every`, two reads around it.
     let mut start = Instant::now();
-    while start < load.until {
+    // Calls before the next timed one.
+    let mut untimed = 0;
+    loop {
+        let timed = untimed == 0;
+        if timed {
+            untimed = load.timed_every;
+            if load.timed_every > 1 {
+                start = Instant::now();
+            }
+            if start >= load.until {
+                break;
+            }
+        }
         if let Some(budget) = &load.budget
             && budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err()
         {
@@ -283,7 +390,7 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
             (Target::Server(client), Method::Batch) => client
                 .batch_ids(BatchIdsRequest { count: load.batch_size, ..Default::default() })
                 .await
-                .map(|r| out.ids.push_all(r.into_inner().ids))
+                .map(|r| out.ids.push_all(&r.into_inner().ids))
                 .map_err(|s| status_line(&s)),
             (Target::Server(client), _) => client
                 .next_id(NextIdRequest::default())
@@ -291,15 +398,23 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
                 .map(|r| out.ids.push(r.into_inner().id))
                 .map_err(|s| status_line(&s)),
         };
-        let end = Instant::now();
+        untimed -= 1;
+        let end = timed.then(Instant::now);
         match result {
-            Ok(()) => out.latencies.push(end.duration_since(start).as_nanos() as u64),
+            Ok(()) => {
+                out.calls += 1;
+                if let Some(end) = end {
+                    out.latencies.push(end.duration_since(start).as_nanos() as u64);
+                }
+            }
             Err(error) => {
                 out.errors += 1;
                 out.first_error.get_or_insert(error);
             }
         }
-        start = end;
+        if let Some(end) = end {
+            start = end;
+        }
     }
     out
 }
@@ -316,6 +431,7 @@ mod tests {
     fn report(errors: u64, duplicates: u64) -> Report {
         Report {
             calls: 90,
+            timed_every: 1,
             errors,
             first_error: (errors > 0).then(|| "Unavailable: the server is shutting down".into()),
             ids: 90,
@@ -340,26 +456,53 @@ mod tests {
         assert!(both.contains("10 of 100 calls failed") && both.contains("2 duplicate IDs"), "{both}");
     }
 
+    /// The duplicates among `ids`, received in this order by one worker or (for each list)
+    /// by several.
+    fn duplicates_among(workers: &[&[u64]]) -> u64 {
+        let mut runs = Vec::new();
+        for ids in workers {
+            let mut kept = Runs::default();
+            kept.push_all(ids);
+            assert_eq!(kept.ids, ids.len() as u64);
+            kept.drain_into(&mut runs);
+        }
+        duplicates(&mut runs)
+    }
+
     #[test]
     fn duplicates_are_counted_once_per_repeat() {
-        assert_eq!(duplicates(&mut [3, 1, 2]), 0);
-        assert_eq!(duplicates(&mut [5, 1, 5, 2, 5, 1]), 3);
-        assert_eq!(duplicates(&mut []), 0);
+        assert_eq!(duplicates_among(&[&[3, 1, 2]]), 0);
+        assert_eq!(duplicates_among(&[&[5, 1, 5, 2, 5, 1]]), 3);
+        assert_eq!(duplicates_among(&[&[]]), 0);
+        assert_eq!(duplicates_among(&[&[1, 2, 3, 4], &[4, 5, 6], &[2, 3]]), 3);
+        assert_eq!(duplicates_among(&[&[7, 7, 8, 8]]), 2);
+        assert_eq!(duplicates_among(&[&[u64::MAX - 1, u64::MAX], &[u64::MAX, 0]]), 1);
+    }
+
+    #[test]
+    fn consecutive_ids_are_kept_as_one_run() {
+        let mut kept = Runs::default();
+        kept.push_all(&(100..200).collect::<Vec<u64>>());
+        kept.push_all(&[200, 201, 300]);
+        kept.push(301);
+        kept.push(5);
+        assert_eq!(kept.ids, 105);
+        let mut runs = Vec::new();
+        kept.drain_into(&mut runs);
+        assert_eq!(runs, [Run { start: 100, len: 102 }, Run { start: 300, len: 2 }, Run { start: 5, len: 1 }]);
     }
 
     #[test]
     fn chunks_keep_every_value_in_order() {
         let mut chunks = Chunks::default();
-        for i in 0..(Chunks::CHUNK as u64 + 10) {
+        for i in 0..(Chunks::<u64>::CHUNK as u64 + 10) {
             chunks.push(i);
         }
-        chunks.push_all(vec![7, 8, 9]);
-        chunks.push(10);
-        assert_eq!(chunks.len(), Chunks::CHUNK + 14);
+        assert_eq!(chunks.len(), Chunks::<u64>::CHUNK + 10);
         let mut out = Vec::new();
         chunks.drain_into(&mut out);
-        assert_eq!(out.len(), Chunks::CHUNK + 14);
+        assert_eq!(out.len(), Chunks::<u64>::CHUNK + 10);
         assert_eq!(out[..3], [0, 1, 2]);
-        assert_eq!(out[out.len() - 4..], [7, 8, 9, 10]);
+        assert_eq!(out[out.len() - 2..], [Chunks::<u64>::CHUNK as u64 + 8, Chunks::<u64>::CHUNK as u64 + 9]);
     }
 }

@@ -6,6 +6,10 @@
 //! leaves the buffer once, under its lock; a dropped one is never handed out. A refill that
 //! failed on every endpoint fails the callers waiting for it, and no refill starts again for
 //! 100 ms, so a fleet that is down is not hammered.
+//!
+//! Ages are read on Linux's coarse monotonic clock while a batch is well within `max_age`,
+//! and on the precise one (tokio's `Instant`) near it: with tokio's clock paused, as in a
+//! test, a batch expires only once the system's clock has come within 50 ms of `max_age`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +24,15 @@ use crate::error::ClientError;
 
 /// The pause after a refill that failed on every endpoint.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// How far inside `max_age` a batch's age must be on the coarse clock to be taken as within
+/// it without reading the precise clock: far more than the coarse clock lags (one kernel
+/// tick, 1 to 10 ms).
+const COARSE_MARGIN: Duration = Duration::from_millis(50);
+
+/// IDs a caller takes from the buffer between two yields of its thread (see
+/// [`Buffer::next_id`]).
+const POPS_PER_YIELD: u32 = 1024;
 
 /// The local buffer's settings.
 #[derive(Debug, Clone)]
@@ -44,7 +57,40 @@ impl Default for BufferConfig {
 /// A batch of prefetched IDs.
 struct Fetched {
     ids: VecDeque<u64>,
+    /// When it arrived, on the precise clock and on the coarse one.
     at: Instant,
+    at_coarse: Option<Duration>,
+}
+
+impl Fetched {
+    /// Whether the batch is within `max_age` of its arrival. Read on the precise clock, this
+    /// costs tens of nanoseconds on some machines (virtual ones): as much as the rest of a
+    /// pop. So the coarse clock answers while the batch is well inside the bound, and the
+    /// precise one (`now`, read at most once per pop) only near it.
+    fn fresh(&self, max_age: Duration, coarse: Option<Duration>, now: &mut Option<Instant>) -> bool {
+        if let (Some(coarse), Some(at)) = (coarse, self.at_coarse)
+            && coarse.saturating_sub(at) + COARSE_MARGIN <= max_age
+        {
+            return true;
+        }
+        now.get_or_insert_with(Instant::now).duration_since(self.at) <= max_age
+    }
+}
+
+/// The monotonic clock as of the last kernel tick (Linux's `CLOCK_MONOTONIC_COARSE`): a few
+/// nanoseconds to read, and behind the precise clock by at most a tick.
+#[cfg(target_os = "linux")]
+fn coarse_now() -> Option<Duration> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for the call to write, and the clock is one Linux has.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) } == 0;
+    read.then(|| Duration::new(now.tv_sec as u64, now.tv_nsec as u32))
+}
+
+/// Elsewhere, every age is read on the precise clock.
+#[cfg(not(target_os = "linux"))]
+fn coarse_now() -> Option<Duration> {
+    None
 }
 
 #[derive(Default)]
@@ -54,6 +100,10 @@ struct State {
     buffered: usize,
     /// Refills under way.
     refilling: usize,
+    /// Refill tasks waiting to be woken.
+    idle: usize,
+    /// IDs taken from the buffer, counted to `POPS_PER_YIELD`.
+    pops: u32,
     /// Refills that failed so far; a caller waiting on an empty buffer fails when this moves.
     failures: u64,
     /// The error of the last failed refill.
@@ -94,22 +144,31 @@ impl Buffer {
         self.refill.notify_waiters();
     }
 
-    /// Pops one ID, dropping batches past their age; and whether the buffer is low.
-    fn pop(&self) -> (Option<u64>, bool) {
+    /// Pops one ID, dropping batches past their age.
+    fn pop(&self) -> Popped {
         let mut state = self.state.lock().expect("buffer lock");
-        let now = Instant::now();
+        let (coarse, mut now) = (coarse_now(), None);
         while let Some(front) = state.batches.front() {
-            if now.duration_since(front.at) <= self.config.max_age && !front.ids.is_empty() {
+            if !front.ids.is_empty() && front.fresh(self.config.max_age, coarse, &mut now) {
                 break;
             }
             let dropped = state.batches.pop_front().expect("front exists");
             state.buffered -= dropped.ids.len();
         }
         let id = state.batches.front_mut().and_then(|b| b.ids.pop_front());
+        let mut pause = false;
         if id.is_some() {
             state.buffered -= 1;
+            state.pops += 1;
+            if state.pops == POPS_PER_YIELD {
+                state.pops = 0;
+                pause = true;
+            }
         }
-        (id, self.is_low(&state))
+        // Refill tasks that are fetching look again when their batch arrives; only an idle
+        // one needs waking.
+        let wake = state.idle > 0 && self.is_low(&state);
+        Popped { id, wake, pause }
     }
 
     fn is_low(&self, state: &State) -> bool {
@@ -119,16 +178,21 @@ impl Buffer {
     /// One ID from the buffer, waiting for a refill when it is empty: until `deadline`, or
     /// the attempts' worth of timeouts without one.
     pub(crate) async fn next_id(&self, endpoints: &Endpoints, deadline: Option<Instant>) -> Result<u64, ClientError> {
-        // A pop never waits, so a caller looping on next_id() would never give its thread
-        // back, and the refill it just woke (queued on the same thread) would not run until
-        // the buffer is empty. Take part in tokio's cooperative budget instead: yield now and
-        // then.
-        tokio::task::coop::consume_budget().await;
-        let (id, low) = self.pop();
-        if low {
+        let popped = self.pop();
+        // A pop never waits, so a caller looping on next_id() would not give its thread back
+        // until the buffer is empty, and a refill task it wakes, queued on the same thread (in
+        // the slot other threads do not steal from), would not run before then. So the caller
+        // yields once after waking a refill, and once every POPS_PER_YIELD IDs for the other
+        // tasks of its thread. Not on tokio's cooperative budget: it yields every 128 pops,
+        // a few microseconds apart, and each of those yields woke another thread of the
+        // runtime, which cost more than the pops.
+        if popped.wake {
             self.refill.notify_one();
         }
-        match id {
+        if popped.wake || popped.pause {
+            tokio::task::yield_now().await;
+        }
+        match popped.id {
             Some(id) => Ok(id),
             None => self.wait(endpoints, deadline).await,
         }
@@ -141,8 +205,8 @@ impl Buffer {
         loop {
             // Registered before looking again, so no refill is missed.
             let filled = self.filled.notified();
-            let (id, low) = self.pop();
-            if low {
+            let Popped { id, wake, .. } = self.pop();
+            if wake {
                 self.refill.notify_one();
             }
             if let Some(id) = id {
@@ -162,6 +226,15 @@ impl Buffer {
             }
         }
     }
+}
+
+/// What a pop got, and what the caller does next.
+struct Popped {
+    id: Option<u64>,
+    /// The buffer is low and a refill task is idle: wake one.
+    wake: bool,
+    /// The caller has taken `POPS_PER_YIELD` IDs since it last yielded.
+    pause: bool,
 }
 
 /// What a refill task does next.
@@ -185,6 +258,7 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, signal: Arc<Not
         let turn = {
             let mut state = strong.state.lock().expect("buffer lock");
             if !strong.is_low(&state) {
+                state.idle += 1;
                 Turn::Idle
             } else if let Some(at) = state.retry_at.filter(|at| *at > Instant::now()) {
                 Turn::Pause(at)
@@ -198,6 +272,8 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, signal: Arc<Not
                 drop(strong);
                 // Wake now and then to end once the client is dropped.
                 let _ = tokio::time::timeout(Duration::from_secs(1), woken).await;
+                let Some(strong) = buffer.upgrade() else { return };
+                strong.state.lock().expect("buffer lock").idle -= 1;
                 continue;
             }
             Turn::Pause(at) => {
@@ -214,7 +290,7 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, signal: Arc<Not
             match result {
                 Ok(ids) => {
                     state.buffered += ids.len();
-                    state.batches.push_back(Fetched { ids: ids.into(), at: Instant::now() });
+                    state.batches.push_back(Fetched { ids: ids.into(), at: Instant::now(), at_coarse: coarse_now() });
                 }
                 Err(error) => {
                     state.failures += 1;
