@@ -478,7 +478,7 @@ Over those rounds h2load counted $h2load_ok requests as succeeded; the server is
 EOF
 
 echo
-verdict "$next_rps >= $redis_rps" "NextId >= Redis INCR ($next_rps vs $redis_rps calls/s)"
+verdict "$next_rps >= 1.5 * $redis_rps" "NextId >= 1.5x Redis INCR ($next_rps vs $redis_rps calls/s, $(python3 -c "print(f'{$next_rps / $redis_rps:.2f}')")x)"
 verdict "$batch_ids >= 0.95 * $ceiling" "BatchIds(4096) >= 95% of the ceiling ($(pct "$batch_ids" $ceiling))"
 verdict "$buffered_1 >= 3000000" "buffered client >= 3M IDs/s to one caller ($buffered_1)"
 verdict "$rss <= 50" "server RSS <= 50 MB under load ($rss MB)"
