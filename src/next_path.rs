@@ -177,7 +177,7 @@ pub struct Plain {
 
 /// The refusal of a request message over `--max-request-bytes`, worded as tonic's.
 fn too_large(length: Option<usize>, limit: usize) -> Status {
-    let found = length.map_or_else(|| "more than that".to_string(), |n| format!("{n} bytes"));
+    let found = length.map_or_else(|| format!("more than {limit} bytes"), |n| format!("{n} bytes"));
     Status::out_of_range(format!("Error, decoded message length too large: found {found}, the limit is: {limit} bytes"))
 }
 

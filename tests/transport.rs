@@ -111,6 +111,22 @@ async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic
     let big = call(&mut client, NEXT_ID, &[], Some(framed(&vec![0; 20_000]))).await;
     assert_eq!(big.code, tonic::Code::OutOfRange, "{big:?}");
     assert!(big.message.contains("16384"), "{big:?}");
+    // Over the limit in several frames, so that no prefix is read before the limit is hit.
+    let mut ready = client.clone().ready().await.unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://127.0.0.1{NEXT_ID}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut send) = ready.send_request(request, false).unwrap();
+    send.send_data(Bytes::from_static(&[0, 0, 0]), false).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send.send_data(Bytes::from(vec![0; 20_000]), true).unwrap();
+    let split = tokio::time::timeout(Duration::from_secs(10), read(response)).await.unwrap();
+    assert_eq!(split.code, tonic::Code::OutOfRange, "{split:?}");
+    assert!(split.message.contains("more than 16384 bytes"), "{split:?}");
     // Bytes that are not a NextIdRequest: field 1 length-delimited where a bool belongs.
     let garbage = BatchIdsResponse { ids: vec![1, 2, 3], ..Default::default() }.encode_to_vec();
     let bad = call(&mut client, NEXT_ID, &[], Some(framed(&garbage))).await;
@@ -156,7 +172,7 @@ async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic
     // Each counted once by its final code, on both paths.
     for (code, calls) in [
         ("OK", 3.0),
-        ("OutOfRange", 1.0),
+        ("OutOfRange", 2.0),
         ("Internal", 4.0),
         ("Cancelled", 1.0),
         ("Unimplemented", 1.0),
