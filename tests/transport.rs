@@ -44,14 +44,12 @@ struct Answer {
     body: Bytes,
 }
 
-/// Sends a call of `path` with `headers` and, unless `None`, `body` (ending the stream);
-/// reads the whole answer, within 10 s.
-async fn call(
-    client: &mut h2::client::SendRequest<Bytes>,
+/// Starts a call of `path` with `headers`, its request stream left open for its body.
+async fn start(
+    client: &h2::client::SendRequest<Bytes>,
     path: &str,
     headers: &[(&str, &str)],
-    body: Option<Bytes>,
-) -> Answer {
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
     let mut request = http::Request::builder()
         .method("POST")
         .uri(format!("http://127.0.0.1{path}"))
@@ -61,7 +59,18 @@ async fn call(
         request = request.header(*name, *value);
     }
     let mut ready = client.clone().ready().await.unwrap();
-    let (response, mut send) = ready.send_request(request.body(()).unwrap(), false).unwrap();
+    ready.send_request(request.body(()).unwrap(), false).unwrap()
+}
+
+/// Sends a call of `path` with `headers` and, unless `None`, `body` (ending the stream);
+/// reads the whole answer, within 10 s.
+async fn call(
+    client: &mut h2::client::SendRequest<Bytes>,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Bytes>,
+) -> Answer {
+    let (response, mut send) = start(client, path, headers).await;
     if let Some(body) = body {
         send.send_data(body, true).unwrap();
     }
@@ -112,15 +121,7 @@ async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic
     assert_eq!(big.code, tonic::Code::OutOfRange, "{big:?}");
     assert!(big.message.contains("16384"), "{big:?}");
     // Over the limit in several frames, so that no prefix is read before the limit is hit.
-    let mut ready = client.clone().ready().await.unwrap();
-    let request = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://127.0.0.1{NEXT_ID}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (response, mut send) = ready.send_request(request, false).unwrap();
+    let (response, mut send) = start(&client, NEXT_ID, &[]).await;
     send.send_data(Bytes::from_static(&[0, 0, 0]), false).unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     send.send_data(Bytes::from(vec![0; 20_000]), true).unwrap();
@@ -194,15 +195,7 @@ async fn a_connection_past_its_age_is_told_to_go_away_and_its_calls_in_flight_fi
     assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
 
     // A call starts, and its body comes only once the connection is past its age.
-    let mut ready = client.clone().ready().await.unwrap();
-    let request = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://127.0.0.1{NEXT_ID}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (response, mut send) = ready.send_request(request, false).unwrap();
+    let (response, mut send) = start(&client, NEXT_ID, &[]).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     // Told to go away: no new call is taken on this connection.
     let refused = match client.clone().ready().await {
