@@ -2,11 +2,12 @@
 //!
 //! A [`Call`] is one call being counted: it records its code once, or `CANCELLED` when it is
 //! dropped before it had one. The Connect protocol's layer ([`crate::connect`]) makes one per
-//! request it sees. For gRPC, [`Counted`] is a tower service wrapped around the generated `IdServiceServer`, so it sees
-//! the calls that never reach a handler too: a request larger than `--max-request-bytes`
-//! (`OUT_OF_RANGE`), one that does not decode (`INTERNAL`), a method the service does not
-//! have (`UNIMPLEMENTED`, under the method label `other`). The handlers count nothing
-//! themselves.
+//! request it sees, and so does the direct path of a plain gRPC `NextId`
+//! ([`crate::next_path`]). For the other gRPC calls, [`Counted`] is a tower service wrapped
+//! around the generated `IdServiceServer`, so it sees the calls that never reach a handler
+//! too: a request larger than `--max-request-bytes` (`OUT_OF_RANGE`), one that does not
+//! decode (`INTERNAL`), a method the service does not have (`UNIMPLEMENTED`, under the method
+//! label `other`). The handlers count nothing themselves.
 //!
 //! The final code is read where gRPC puts it: in the response headers of a call answered at
 //! once with an error (a trailers-only response), otherwise in the trailers that end the

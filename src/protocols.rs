@@ -1,5 +1,6 @@
 //! The two protocols of the `IdService` on the gRPC port, told apart by content type: gRPC
-//! (`application/grpc...`) goes to tonic's generated server, counted by [`crate::calls`];
+//! (`application/grpc...`, but for a plain `NextId`, which [`crate::next_path`] answers before
+//! this) goes to tonic's generated server, counted by [`crate::calls`];
 //! everything else to the Connect protocol ([`crate::connect`]), which answers what is not a
 //! Connect call with the protocol's errors.
 //!
