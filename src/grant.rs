@@ -12,18 +12,21 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotGrant {
     pub worker_id: u32,
-    /// Changes with every claim of this slot; the minter starts a new generator for a new
-    /// claim unless [`SlotGrant::resumes`].
+    /// Changes with every claim of this slot (the history records it as the claim's number).
+    /// The minter keeps one generator for the life of the process: a new claim gives the
+    /// slot a new window, and the generator's cursor keeps this process's own IDs apart.
     pub claim: u64,
-    /// Unix ms up to which a previous run or holder of this slot may have minted; only later
-    /// times are minted (invariant 2). `None`: nothing was ever reserved for the slot.
+    /// Unix ms up to which another run or holder of this slot may have minted; only later
+    /// times are minted (invariant 2). `None`: nothing was ever reserved for the slot. For a
+    /// claim that [`SlotGrant::resumes`], the floor of the claim it continues.
     pub floor_ms: Option<i64>,
     /// Unix ms up to which a durable reservation, written by this instance while it held the
     /// slot, covers minting (invariant 1).
     pub reserved_ms: i64,
     /// The store shows that nobody wrote this slot's reservation since this instance's own
-    /// last write (finding: a re-claim of the slot it just lost): nobody else can have minted
-    /// on it, so the minter may go on from its own last minted tick instead of the floor.
+    /// last write (a re-claim of the slot it just lost): nobody else minted on it since the
+    /// claim that wrote it, so the floor is that claim's floor, not the reservation this
+    /// instance wrote itself, and minting goes on at once.
     pub resumes: bool,
 }
 

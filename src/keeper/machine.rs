@@ -166,6 +166,15 @@ struct Slot {
     resumes: bool,
 }
 
+/// A reservation this instance wrote and saw confirmed, and the claim it wrote it under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OwnWrite {
+    version: Version,
+    /// The floor of the claim it was written under: every other holder's minting on the slot
+    /// before that claim lies at or below it.
+    floor_ms: Option<i64>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Claimed; the floor is not read yet.
@@ -215,9 +224,9 @@ pub struct Keeper {
     rng: u64,
     session: Option<Session>,
     slots: Vec<Slot>,
-    /// Per slot ID, the version of this instance's last confirmed reservation write: a
-    /// re-claim that finds it unchanged resumes instead of waiting out its own reservation.
-    own_writes: BTreeMap<u32, Version>,
+    /// Per slot ID, this instance's last confirmed reservation write: a re-claim that finds
+    /// it unchanged resumes instead of waiting out its own reservation.
+    own_writes: BTreeMap<u32, OwnWrite>,
     /// Slots held before and lost: tried first when claiming again.
     lost: Vec<u32>,
     /// Slots found corrupt: never claimed again by this instance.
@@ -979,9 +988,24 @@ impl Keeper {
                     Phase::NeedFloor => {
                         // Invariant 2: the floor is read after the claim succeeded, with a
                         // linearizable read; only later ticks are minted.
-                        slot.floor_ms = value;
                         slot.version = Some(version);
-                        slot.resumes = self.own_writes.get(&slot.id) == Some(&version) && version != Version::Absent;
+                        // Nobody wrote the reservation since this instance's own last write:
+                        // nobody else minted on the slot since the claim that wrote it, so
+                        // this claim continues that one, above that claim's floor (which
+                        // covers every other holder before it). Not the floor of some older
+                        // claim the minter saw: between the two, another holder may have
+                        // minted (finding 1 of the second reading). This process's own IDs
+                        // are kept apart by the generator's cursor, which only moves up.
+                        match self.own_writes.get(&slot.id) {
+                            Some(own) if own.version == version && version != Version::Absent => {
+                                slot.floor_ms = own.floor_ms;
+                                slot.resumes = true;
+                            }
+                            _ => {
+                                slot.floor_ms = value;
+                                slot.resumes = false;
+                            }
+                        }
                         slot.phase = Phase::NeedFirstWrite;
                     }
                     _ => {
@@ -1007,7 +1031,7 @@ impl Keeper {
             let version = versions.iter().find(|(id, _)| *id == write.slot).map(|(_, v)| *v);
             slot.version = version;
             if let Some(version) = version {
-                self.own_writes.insert(slot.id, version);
+                self.own_writes.insert(slot.id, OwnWrite { version, floor_ms: slot.floor_ms });
             }
             if stopping {
                 continue;
@@ -1439,6 +1463,37 @@ mod tests {
         let grant = granted(&mut k);
         assert!(!grant.slots[0].resumes);
         assert_eq!(grant.slots[0].floor_ms, Some(WALL + 70_000));
+    }
+
+    /// Finding 1 of the second reading: a claim that resumes carries the floor of the claim
+    /// whose write it found (claim 2's, above the other holder's range), not the reservation
+    /// it wrote itself, and not the floor of an older claim.
+    #[test]
+    fn a_resumed_claim_carries_the_floor_of_the_claim_it_continues() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 60_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        assert_eq!(granted(&mut k).slots[0].floor_ms, None, "claim 1: a fresh slot");
+        let reclaim = |k: &mut Keeper, ms: u64, session: SessionId, stored: Stored, wrote: i64| {
+            exchange(k, at(ms), |_| Reply::SessionGone);
+            exchange(k, at(ms), |_| Reply::SessionOpened { session, ttl: Some(Duration::from_secs(3)) });
+            exchange(k, at(ms), |_| Reply::Slots { taken: vec![], ours: vec![] });
+            exchange(k, at(ms), |_| Reply::Claimed { slot: 4, won: true });
+            exchange(k, at(ms), |_| {
+                Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored }])
+            });
+            exchange(k, at(ms), |_| Reply::Written(vec![(4, Version::At(wrote))]));
+            granted(k).slots[0].clone()
+        };
+        // Claim 2: another holder wrote up to +70 s meanwhile; this claim writes version 16.
+        let theirs = Stored::Reserved { until_ms: WALL + 70_000, version: Version::At(15) };
+        let claim2 = reclaim(&mut k, 1_000, 78, theirs, 16);
+        assert!(!claim2.resumes);
+        assert_eq!(claim2.floor_ms, Some(WALL + 70_000));
+        // Claim 3 finds claim 2's own write: it resumes, above claim 2's floor.
+        let own = Stored::Reserved { until_ms: WALL + 130_000, version: Version::At(16) };
+        let claim3 = reclaim(&mut k, 2_000, 79, own, 17);
+        assert!(claim3.resumes);
+        assert_eq!(claim3.floor_ms, Some(WALL + 70_000), "the floor of the claim it continues");
     }
 
     fn skew_checked(max_ms: i64) -> Keeper {

@@ -65,7 +65,6 @@
 //! strictly increasing and no two share an ID. Only the order in which requests leave
 //! changes.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::error::{MintError, Readiness};
@@ -214,9 +213,6 @@ pub struct MinterCore<R> {
     generator: Generator,
     /// The epoch of the grant the generator's windows come from.
     epoch: Option<u64>,
-    /// Per worker, the floor tick of its first claim in this process: a claim that resumes
-    /// keeps it.
-    floors: BTreeMap<u32, Option<u64>>,
     pending: FairQueue<R>,
     /// `snowmint_queue_wait_seconds` of NextId and of BatchIds, looked up once.
     queue_wait: [prometheus::Histogram; 2],
@@ -253,7 +249,6 @@ impl<R: Responder> MinterCore<R> {
             metrics,
             generator,
             epoch: None,
-            floors: BTreeMap::new(),
             queue_wait,
             last_boot: Duration::ZERO,
             readiness: Readiness::NotServing(MintError::NoWorker("starting".into())),
@@ -393,14 +388,12 @@ impl<R: Responder> MinterCore<R> {
                     reserved_until: rfc3339_ms(slot.reserved_ms),
                 });
             };
-            // A floor before the epoch cannot have been minted at: no floor then.
+            // Invariant 2: only ticks above the floor the keeper gives are minted, for a claim
+            // that resumes too (its floor is that of the claim it continues, which the keeper
+            // knows and this minter may never have seen). This process's own IDs need no
+            // floor: the generator's cursor only moves up. A floor before the epoch cannot
+            // have been minted at: no floor then.
             let floor = slot.floor_ms.and_then(|ms| layout.tick_at(ms));
-            // A claim that resumes keeps the floor of the claim it continues; the generator's
-            // cursor is above everything this process minted since.
-            let floor = match self.floors.get(&slot.worker_id) {
-                Some(&kept) if slot.resumes => kept,
-                _ => floor,
-            };
             windows.push(Window { worker: slot.worker_id.into(), floor, reserved });
         }
         if self.epoch == Some(grant.epoch) {
@@ -408,9 +401,6 @@ impl<R: Responder> MinterCore<R> {
                 self.generator.extend_reservation(window.worker, window.reserved);
             }
             return Ok(());
-        }
-        for (slot, window) in grant.slots.iter().zip(&windows) {
-            self.floors.insert(slot.worker_id, window.floor);
         }
         self.generator.set_windows(&windows);
         self.epoch = Some(grant.epoch);
@@ -671,6 +661,7 @@ mod tests {
     use super::*;
     use crate::grant::SlotGrant;
     use std::cell::RefCell;
+    use std::collections::BTreeMap;
     use std::rc::Rc;
 
     /// Replies land in a shared log.
@@ -749,6 +740,43 @@ mod tests {
         core.pass(reading(EPOCH + 200, 5_000), &held);
         assert_eq!(log.0.borrow().last(), Some(&Err(MintError::LeaseExpired(7))));
         assert_eq!(core.poll_readiness().map(|r| r == Readiness::Serving), Some(false));
+    }
+
+    /// Finding 1 of the second reading: a claim that resumes is minted above the floor the
+    /// keeper gives with it (the floor of the claim whose reservation it continues), never
+    /// above the floor of an older claim this minter happened to see. Here the minter saw
+    /// claim 1 (no floor) and missed claim 2, whose floor was the end of B's range (9,000);
+    /// claim 3 resumes claim 2's write. With A's clock at 6,000, below B's range, nothing at
+    /// or below 9,000 may be minted.
+    #[test]
+    fn a_resumed_claim_is_minted_above_the_floor_it_is_given() {
+        let log = Log::default();
+        let mut core = core();
+        let layout = Layout::default_snowmint();
+        core.push(ask(Ask::One, Duration::from_secs(1), &log));
+        core.pass(reading(EPOCH + 1_000, 0), &holding(1, 7, None, EPOCH + 2_000, 5_000));
+        assert_eq!(ids(&log).len(), 1, "claim 1 mints");
+        // B minted on slot 7 up to EPOCH + 9,000; A re-claimed it (claim 2, floor 9,000, unseen
+        // here), wrote EPOCH + 12,000, lost it, and re-claims it: claim 3 resumes.
+        let resumed = Holding::Held(Grant {
+            slots: vec![SlotGrant {
+                worker_id: 7,
+                claim: 3,
+                floor_ms: Some(EPOCH + 9_000),
+                reserved_ms: EPOCH + 12_000,
+                resumes: true,
+            }],
+            epoch: 3,
+            deadline: Some(Duration::from_millis(20_000)),
+        });
+        for step in 0..4 {
+            core.push(ask(Ask::Many(8), Duration::from_secs(19), &log));
+            core.pass(reading(EPOCH + 6_000 + step, 10_000 + step as u64), &resumed);
+        }
+        for id in ids(&log).into_iter().skip(1) {
+            let tick = layout.unpack(id).tick;
+            assert!(tick > 9_000, "minted at tick {tick}, inside the range another holder minted");
+        }
     }
 
     #[test]
