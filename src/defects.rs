@@ -26,6 +26,9 @@ pub enum Defect {
     DeadlineOnSuspendingClock,
     /// A claim that already carries this session's lease treated as lost (finding 2).
     ClaimNotIdempotent,
+    /// A resumed claim given the floor of the first claim that wrote the slot in this
+    /// process, not of the claim it continues (finding 1 of the second reading).
+    ResumeWithOlderFloor,
 }
 
 #[cfg(test)]

@@ -88,7 +88,15 @@ pub fn spawn(
 ) -> (Tap, RecorderHandle) {
     let (events, mut queue) = mpsc::channel(QUEUE);
     let tap = Tap { events, clock, metrics: metrics.clone() };
-    let mut recorder = Recorder { book, config, metrics, lease: 0, open: BTreeMap::new(), finals: BTreeMap::new() };
+    let mut recorder = Recorder {
+        book,
+        config,
+        metrics,
+        lease: 0,
+        open: BTreeMap::new(),
+        lost: BTreeMap::new(),
+        finals: BTreeMap::new(),
+    };
     let task = tokio::spawn(async move {
         while let Some((at_ms, event)) = queue.recv().await {
             recorder.handle(at_ms, event).await;
@@ -109,6 +117,11 @@ struct Recorder {
     metrics: Metrics,
     lease: i64,
     open: BTreeMap<u32, Open>,
+    /// Records of slots this process lost, not closed yet: where their window ends is known
+    /// once the slot is taken again by this process (a resumed claim goes on from where
+    /// this one stopped minting), or at the stop; if the process dies first, the next
+    /// holder closes them.
+    lost: BTreeMap<u32, Open>,
     /// The final reservations saved on the way out.
     finals: BTreeMap<u32, i64>,
 }
@@ -125,16 +138,33 @@ impl Recorder {
                     }
                 }
             }
-            Event::SlotTaken { slot, claim, floor_ms, reserved_ms, .. } => {
-                self.taken(at_ms, slot, claim, floor_ms, reserved_ms).await
+            Event::SlotTaken { slot, claim, floor_ms, reserved_ms, resumed, at_ms: granted_ms, minted_ms } => {
+                // Invariant 2 as the history states it: a claim mints above the floor it
+                // inherited; with none, from the grant on (stamped on the minter's clock
+                // before the minter could mint under it). A resumed claim goes on from where
+                // this process stopped minting on the slot.
+                let floor_ms = match (resumed, minted_ms) {
+                    (true, Some(minted)) => floor_ms.map_or(minted, |f| f.max(minted)),
+                    _ => floor_ms.unwrap_or(granted_ms - 1),
+                };
+                if let Some(lost) = self.lost.remove(&slot) {
+                    // This process's earlier claim of the slot ended where this one begins,
+                    // or, taken over from another holder, at its last confirmed reservation.
+                    let last = if resumed { floor_ms } else { lost.confirmed_ms };
+                    self.close(at_ms, &lost.record, last, ClosedBy::Lost).await;
+                }
+                self.taken(at_ms.max(granted_ms), slot, claim, floor_ms, reserved_ms).await
             }
             Event::SlotLost { slot, .. } => {
                 if let Some(open) = self.open.remove(&slot) {
-                    self.close(at_ms, &open.record, open.confirmed_ms, ClosedBy::Lost).await;
+                    self.lost.insert(slot, open);
                 }
             }
             Event::FinalSaved { slots } => self.finals.extend(slots),
             Event::Closed => {
+                for (_, lost) in std::mem::take(&mut self.lost) {
+                    self.close(at_ms, &lost.record, lost.confirmed_ms, ClosedBy::Lost).await;
+                }
                 for (slot, open) in std::mem::take(&mut self.open) {
                     let last = self.finals.get(&slot).copied().unwrap_or(open.confirmed_ms);
                     self.close(at_ms, &open.record, last, ClosedBy::Release).await;
@@ -144,10 +174,7 @@ impl Recorder {
         }
     }
 
-    async fn taken(&mut self, now: i64, slot: u32, claim: u64, inherited: Option<i64>, reserved_ms: i64) {
-        // With no reservation inherited (a slot's first claim, or a state file lost and its
-        // loss accepted), the holder mints from its own clock at the claim on.
-        let floor_ms = inherited.unwrap_or(now - 1);
+    async fn taken(&mut self, now: i64, slot: u32, claim: u64, floor_ms: i64, reserved_ms: i64) {
         let record = Record {
             worker_id: slot,
             holder: self.config.holder.clone(),
@@ -223,6 +250,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::history::audit::audit;
+    use crate::history::covering;
     use crate::history::file::FileBook;
 
     fn config(pid_host: &str) -> RecorderConfig {
@@ -235,7 +263,15 @@ mod tests {
     }
 
     fn taken(slot: u32, claim: u64, floor: Option<i64>, reserved: i64) -> Event {
-        Event::SlotTaken { slot, claim, floor_ms: floor, reserved_ms: reserved, resumed: false }
+        Event::SlotTaken {
+            slot,
+            claim,
+            floor_ms: floor,
+            reserved_ms: reserved,
+            resumed: false,
+            at_ms: 1_000_000,
+            minted_ms: None,
+        }
     }
 
     async fn run(book: &Arc<FileBook>, clock: &Arc<ManualClock>, host: &str, events: Vec<Event>) {
@@ -304,6 +340,51 @@ mod tests {
         let report = audit(&entries);
         assert!(report.passed(), "{:?}", report.violations);
         assert_eq!(report.hand_overs, 2);
+    }
+
+    /// Finding 8 of the second reading: a first claim's window starts at its grant (not when
+    /// the recorder got to it), and a claim that resumes takes over where this process
+    /// stopped minting under the one it continues, so each ID names the claim it was minted
+    /// under and the windows still never overlap.
+    #[tokio::test]
+    async fn a_resumed_claim_is_named_for_the_ids_minted_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = Arc::new(FileBook::new(dir.path()));
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let granted = |claim, floor_ms, reserved_ms, resumed, at_ms, minted_ms| Event::SlotTaken {
+            slot: 3,
+            claim,
+            floor_ms,
+            reserved_ms,
+            resumed,
+            at_ms,
+            minted_ms,
+        };
+        run(
+            &book,
+            &clock,
+            "a",
+            vec![
+                Event::SessionOpened { session: 0xa, ttl: Some(Duration::from_secs(10)) },
+                // Granted at 999,000, stamped by the recorder's tap a second later.
+                granted(1, None, 1_003_000, false, 999_000, None),
+                Event::ReservationsWritten { slots: vec![(3, 1_006_000)] },
+                Event::SlotLost { slot: 3, reason: crate::keeper::LossReason::SessionGone },
+                Event::SessionOpened { session: 0xb, ttl: Some(Duration::from_secs(10)) },
+                // Re-claimed, finding its own last write: it goes on from 1,002,000, the last
+                // time minted on the slot, well below the reservation it wrote.
+                granted(2, None, 1_009_000, true, 1_002_100, Some(1_002_000)),
+            ],
+        )
+        .await;
+        let (entries, _) = book.list(Some(3)).await.unwrap();
+        let claim_of = |ms| covering(&entries, 3, ms).map(|e| e.record.claim);
+        assert_eq!(claim_of(999_500), Some(1), "minted after the grant, before the stamp");
+        assert_eq!(claim_of(1_001_000), Some(1));
+        assert_eq!(claim_of(1_002_500), Some(2), "minted under the resumed claim");
+        assert_eq!(claim_of(1_005_000), Some(2));
+        let report = audit(&entries);
+        assert!(report.passed(), "{:?}", report.violations);
     }
 
     #[tokio::test]

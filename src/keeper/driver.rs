@@ -303,7 +303,7 @@ impl Driver {
                 m.fleet_slots_in_use.set(taken as i64);
                 m.fleet_slots.set(slots as i64);
             }
-            Event::SlotTaken { slot, claim, floor_ms, reserved_ms, resumed } => {
+            Event::SlotTaken { slot, claim, floor_ms, reserved_ms, resumed, .. } => {
                 m.lease_valid.set(1);
                 tracing::info!(
                     worker_id = slot,

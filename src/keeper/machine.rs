@@ -107,6 +107,12 @@ pub enum Event {
         floor_ms: Option<i64>,
         reserved_ms: i64,
         resumed: bool,
+        /// The wall ms at which the grant was made, on the clock the minter reads: nothing is
+        /// minted under the claim before it is published.
+        at_ms: i64,
+        /// For a claim that resumes: the last Unix ms this process reported minting on the
+        /// slot, where the claim it continues ends and this one begins.
+        minted_ms: Option<i64>,
     },
     SlotLost {
         slot: u32,
@@ -248,6 +254,8 @@ pub struct Keeper {
     mint_ms: Option<i64>,
     /// The last per-slot progress the minter reported.
     progress: Vec<(u32, i64)>,
+    /// Per slot, the latest minting time the minter ever reported on it in this process.
+    minted_on: BTreeMap<u32, i64>,
     /// The minter found itself past the reservation: extend as soon as possible.
     extend_asap: bool,
     /// When the fleet's slots are next counted (etcd mode, once started).
@@ -318,6 +326,7 @@ impl Keeper {
             events: VecDeque::new(),
             mint_ms: None,
             progress: Vec::new(),
+            minted_on: BTreeMap::new(),
             extend_asap: false,
             next_count: None,
             unsettled_since: None,
@@ -430,6 +439,10 @@ impl Keeper {
     /// Unix ms minted. Reservations reach ahead of the minting time.
     pub fn handle_progress(&mut self, mint_ms: i64, slots: Vec<(u32, i64)>) {
         self.mint_ms = Some(self.mint_ms.map_or(mint_ms, |m| m.max(mint_ms)));
+        for &(slot, ms) in &slots {
+            let last = self.minted_on.entry(slot).or_insert(ms);
+            *last = (*last).max(ms);
+        }
         self.progress = slots;
     }
 
@@ -1031,7 +1044,12 @@ impl Keeper {
             let version = versions.iter().find(|(id, _)| *id == write.slot).map(|(_, v)| *v);
             slot.version = version;
             if let Some(version) = version {
-                self.own_writes.insert(slot.id, OwnWrite { version, floor_ms: slot.floor_ms });
+                let older = self.own_writes.get(&slot.id).map(|own| own.floor_ms);
+                let floor_ms = match older {
+                    Some(older) if crate::defects::active(crate::defects::Defect::ResumeWithOlderFloor) => older,
+                    _ => slot.floor_ms,
+                };
+                self.own_writes.insert(slot.id, OwnWrite { version, floor_ms });
             }
             if stopping {
                 continue;
@@ -1059,10 +1077,11 @@ impl Keeper {
                 floor_ms: slot.floor_ms,
                 reserved_ms: slot.confirmed_ms.expect("just written"),
                 resumed: slot.resumes,
+                at_ms: now.wall_ms,
+                minted_ms: if slot.resumes { self.minted_on.get(&id).copied() } else { None },
             });
             self.epoch += 1;
         }
-        let _ = now;
         self.publish();
     }
 

@@ -3,9 +3,13 @@
 //!
 //! Each machine runs one process at a time (a new incarnation after a crash or a stop). A
 //! process is the production driver loop written out synchronously: one store request in
-//! flight with a call timeout, the holding handed to the minter core, replies recorded by
-//! the checker at the instant they are minted. A paused or suspended process handles
-//! nothing until it resumes; its events wait, in order, as a stopped process's sockets do.
+//! flight with a call timeout, replies recorded by the checker at the instant they are
+//! minted. The keeper and the minter are two tasks, scheduled apart as tokio schedules them:
+//! the keeper publishes its holding as a watch does (the minter sees only the latest value,
+//! when it next runs), and the minter runs late now and then, or sleeps through a change of
+//! holding until its own timer fires; it reports progress and asks for an extension through
+//! the same kind of channels. A paused or suspended process handles nothing until it
+//! resumes; its events wait, in order, as a stopped process's sockets do.
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -86,7 +90,10 @@ impl Params {
         // machine needs a slot of its own for each.
         // Enough slots for every machine's, never more than twice that.
         let needed = (usize::BITS - (machines * slots - 1).leading_zeros()) as u8;
+        // Now and then no spare slot at all: a machine that loses its slot while paused finds
+        // it taken by one that restarted, and slots change hands back and forth.
         let worker_bits = match mode {
+            Mode::Etcd if rng.chance(0.3) => needed.max(1),
             Mode::Etcd => needed.max(2) + u8::from(rng.chance(0.5)),
             Mode::File => needed,
         };
@@ -187,8 +194,13 @@ impl Fault {
 /// What happens next.
 #[derive(Debug, Clone)]
 enum Ev {
-    /// A process's own timer.
+    /// The keeper's timer, or the keeper woken by the minter (progress, an extension).
     Wake {
+        m: usize,
+        inc: u32,
+    },
+    /// The minter task runs: a request, a holding change or its own timer woke it.
+    MinterWake {
         m: usize,
         inc: u32,
     },
@@ -263,7 +275,16 @@ struct Process {
     inc: u32,
     keeper: Keeper,
     minter: MinterCore<SimReply>,
+    /// The holding the keeper published last (the watch's value).
+    published: Holding,
+    /// The holding the minter saw at its last pass.
     holding: Holding,
+    /// The minter's wake already queued.
+    minter_timer: Option<Us>,
+    /// Progress the minter reported that the keeper has not read yet (a watch's value).
+    progress: Option<(i64, Vec<(u32, i64)>)>,
+    /// The minter asked for an extension now (a notify the keeper has not taken yet).
+    extend_wish: bool,
     in_flight: Option<u64>,
     session: Option<SessionId>,
     disk: Option<DiskStore>,
@@ -525,6 +546,19 @@ impl World {
                 self.process_mut(m).keeper.handle_timeout(now);
                 self.step(m);
             }
+            Ev::MinterWake { m, inc } => {
+                if self.deferred(m, &Ev::MinterWake { m, inc }) || !self.is_current(m, inc) {
+                    return;
+                }
+                // One wake is queued at a time: one that an earlier wake replaced is stale.
+                let now = self.now;
+                let p = self.process_mut(m);
+                if p.minter_timer != Some(now) {
+                    return;
+                }
+                p.minter_timer = None;
+                self.minter_step(m);
+            }
             Ev::Arrive { m, inc, id, request, copy } => self.arrive(m, inc, id, request, copy),
             Ev::Answer { m, inc, id, reply } => {
                 let ev = Ev::Answer { m, inc, id, reply };
@@ -643,7 +677,11 @@ impl World {
             inc,
             keeper,
             minter,
+            published: Holding::Unheld { reason: "starting".into() },
             holding: Holding::Unheld { reason: "starting".into() },
+            minter_timer: None,
+            progress: None,
+            extend_wish: false,
             in_flight: None,
             session: None,
             disk,
@@ -656,16 +694,22 @@ impl World {
         self.step(m);
     }
 
-    /// The driver loop, once: requests out, holding to the minter, a pass, the next timer.
+    /// The keeper's driver loop, once: the minter's progress and wishes in, requests out,
+    /// the holding published, the next timer.
     fn step(&mut self, m: usize) {
         let now = self.now;
-        let (kn, reading) = self.machines[m].clocks(now);
+        let (kn, _) = self.machines[m].clocks(now);
         let mut sent = None;
-        let mut next = Next::Idle;
+        let mut published = false;
         {
             let machine = &mut self.machines[m];
             let Some(p) = machine.process.as_mut() else { return };
             for _ in 0..3 {
+                if !p.stopping
+                    && let Some((mint_ms, slots)) = p.progress.take()
+                {
+                    p.keeper.handle_progress(mint_ms, slots);
+                }
                 if p.in_flight.is_none()
                     && let Some((id, request)) = p.keeper.poll_request(kn)
                 {
@@ -684,27 +728,18 @@ impl World {
                     if self.tracing {
                         eprintln!("{:>10.6} m{m} holding {holding:?}", now as f64 / 1e6);
                     }
-                    p.holding = holding;
+                    p.published = holding;
+                    published = true;
                 }
-                if p.stopping {
-                    break;
-                }
-                next = p.minter.pass(reading, &p.holding);
-                // As the minter task does: the keeper hears of progress now and then.
-                if let Some(mint_ms) = p.minter.mint_ms()
-                    && p.progress_sent.is_none_or(|sent| mint_ms - sent >= PROGRESS_EVERY_MS)
-                    && let Minted::UpTo(slots) = p.minter.minted()
-                {
-                    p.progress_sent = Some(mint_ms);
-                    p.keeper.handle_progress(mint_ms, slots);
-                }
-                if !p.minter.take_extension_wish() {
+                if p.stopping || !std::mem::take(&mut p.extend_wish) {
                     break;
                 }
                 p.keeper.extend_now();
             }
         }
-        self.record_replies(m);
+        if published {
+            self.holding_changed(m);
+        }
         if let Some((id, request)) = sent {
             self.trace(|| format!("m{m} sends #{id} {request:?}"));
             let renewal = matches!(request, Request::Renew { .. });
@@ -735,25 +770,106 @@ impl World {
             self.step(m);
             return;
         }
-        let keeper_at = p.keeper.poll_timeout(kn).map(|b| machine.instant_of_boot(b));
-        let minter_at = match next {
-            Next::At(b) => Some(machine.instant_of_boot(b)),
-            Next::Idle => None,
-        };
-        let at = [keeper_at, minter_at].into_iter().flatten().min();
-        if let Some(at) = at {
+        if let Some(at) = p.keeper.poll_timeout(kn).map(|b| machine.instant_of_boot(b)) {
             let at = at.max(now + 1);
             if self.tracing && at < now + 100 {
-                eprintln!(
-                    "{:>10.6} m{m} wakes again at {at} (keeper {keeper_at:?}, minter {minter_at:?})",
-                    now as f64 / 1e6
-                );
+                eprintln!("{:>10.6} m{m} keeper wakes again at {at}", now as f64 / 1e6);
             }
             let inc = p.inc;
             if p.timer.is_none_or(|t| at < t || t <= now) {
                 self.process_mut(m).timer = Some(at);
                 self.schedule(at, Ev::Wake { m, inc });
             }
+        }
+    }
+
+    /// The minter task's turn: it takes the latest holding published (values published in
+    /// between are never seen), passes, answers, and reports to the keeper as the task does.
+    fn minter_step(&mut self, m: usize) {
+        let (_, reading) = self.machines[m].clocks(self.now);
+        let mut wake_keeper = false;
+        let next = {
+            let Some(p) = self.machines[m].process.as_mut() else { return };
+            if p.stopping {
+                return;
+            }
+            // As the minter task does: the keeper hears of progress now and then, and at
+            // once before the minter takes a holding whose claims changed.
+            let changed = p.published.grant().map(|g| g.epoch) != p.holding.grant().map(|g| g.epoch);
+            let report = |p: &mut Process, now: bool| {
+                if let Some(mint_ms) = p.minter.mint_ms()
+                    && (now || p.progress_sent.is_none_or(|sent| mint_ms - sent >= PROGRESS_EVERY_MS))
+                    && let Minted::UpTo(slots) = p.minter.minted()
+                {
+                    p.progress_sent = Some(mint_ms);
+                    p.progress = Some((mint_ms, slots));
+                    return true;
+                }
+                false
+            };
+            wake_keeper |= changed && report(p, true);
+            p.holding = p.published.clone();
+            let next = p.minter.pass(reading, &p.holding);
+            if report(p, false) {
+                wake_keeper = true;
+            }
+            if p.minter.take_extension_wish() {
+                p.extend_wish = true;
+                wake_keeper = true;
+            }
+            next
+        };
+        self.record_replies(m);
+        if wake_keeper {
+            let at = self.now + self.task_lag();
+            self.wake_keeper(m, at);
+        }
+        if let Next::At(boot) = next {
+            let at = self.machines[m].instant_of_boot(boot).max(self.now + 1);
+            let at = at + self.task_lag();
+            self.wake_minter(m, at);
+        }
+    }
+
+    /// How late a woken task runs: mostly at once, now and then after other work (a busy
+    /// runtime, a precise tick wait on another thread), rarely much later.
+    fn task_lag(&mut self) -> Us {
+        match self.rng.below(100) {
+            0..=84 => self.rng.between(0, 100),
+            85..=96 => self.rng.between(100, 5 * MS),
+            _ => self.rng.between(5 * MS, 100 * MS),
+        }
+    }
+
+    /// The keeper published a holding: the minter is woken to see it, unless it is in a
+    /// wait of its own that does not watch the holding (it sees the latest at its timer).
+    fn holding_changed(&mut self, m: usize) {
+        let now = self.now;
+        let Some(p) = self.machines[m].process.as_ref() else { return };
+        if p.minter_timer.is_some_and(|t| t > now && t < now + 5 * MS) && self.rng.chance(0.5) {
+            return;
+        }
+        let at = now + self.task_lag();
+        self.wake_minter(m, at);
+    }
+
+    fn wake_minter(&mut self, m: usize, at: Us) {
+        let now = self.now;
+        let Some(p) = self.machines[m].process.as_mut() else { return };
+        if p.minter_timer.is_none_or(|t| at < t || t <= now) {
+            p.minter_timer = Some(at);
+            let inc = p.inc;
+            self.schedule(at, Ev::MinterWake { m, inc });
+        }
+    }
+
+    fn wake_keeper(&mut self, m: usize, at: Us) {
+        let now = self.now;
+        let Some(p) = self.machines[m].process.as_mut() else { return };
+        if p.timer.is_none_or(|t| at < t || t <= now) {
+            p.timer = Some(at);
+            let inc = p.inc;
+            self.schedule(at, Ev::Wake { m, inc });
         }
     }
 
@@ -813,18 +929,24 @@ impl World {
         }
         // Mostly small asks, now and then a batch that spans several ticks; each kind from its
         // own connection, so the minter's fair queue interleaves them (and keeps each one's
-        // requests in order).
-        let (ask, connection) = match self.rng.below(20) {
+        // requests in order). Outside clock-only worlds (where no call may be refused), bulk
+        // batches from several connections too, and deadlines from a few ms to a second, so
+        // batches are cut off part filled and refused for want of time.
+        let bulk = !self.params.clock_only;
+        let (ask, connection) = match self.rng.below(if bulk { 24 } else { 20 }) {
             0..=9 => (Ask::One, 1),
             10..=18 => (Ask::Many(self.rng.between(1, 20) as usize), 2),
-            _ => (Ask::Many(self.rng.between(100, 600) as usize), 3),
+            19 => (Ask::Many(self.rng.between(100, 600) as usize), 3),
+            _ => (Ask::Many(self.rng.between(600, 5_000) as usize), 4 + self.rng.below(3)),
         };
+        let wait_ms = if bulk { *self.rng.pick(&[2, 10, 50, 200, 500, 500, 1_000]) } else { 500 };
         let boot = self.machines[m].boot(self.now);
         let p = self.process_mut(m);
         let reply = SimReply { sink: p.replies.clone(), connection };
-        let deadline = boot + Duration::from_millis(500);
+        let deadline = boot + Duration::from_millis(wait_ms);
         p.minter.push(Pending::new(ask, ConnectionKey(connection), boot, deadline, reply));
-        self.step(m);
+        let at = self.now + self.task_lag();
+        self.wake_minter(m, at);
     }
 
     fn answer(&mut self, m: usize, id: u64, reply: Reply) {
@@ -967,6 +1089,9 @@ impl World {
             let (now, _) = self.machines[m].clocks(self.now);
             self.process_mut(m).keeper.handle_timeout(now);
             self.step(m);
+            // The minter's timers, due or not, fire as the process runs again.
+            let at = self.now + self.task_lag();
+            self.wake_minter(m, at);
         }
     }
 
