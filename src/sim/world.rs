@@ -100,7 +100,9 @@ impl Params {
         let sequence_bits = rng.between(6, 10) as u8;
         let layout = Layout::snowmint(crate::layout::DEFAULT_EPOCH_MS, worker_bits, sequence_bits);
         let ttl = Duration::from_secs(rng.between(2, 6));
-        let window_ms = rng.between(300, 2_000) as i64;
+        // Around the default window (3 s) and beyond it, up to more than twice the shortest
+        // TTL: a reservation can then reach past a whole hand-over and back.
+        let window_ms = rng.between(300, 5_000) as i64;
         let max_clock_back_ms = 50;
         let max_clock_drift =
             if rng.chance(0.3) { Duration::ZERO } else { Duration::from_millis(rng.between(1_000, 10_000)) };
