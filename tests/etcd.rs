@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -480,4 +481,89 @@ async fn an_absurd_reservation_in_etcd_stops_the_start_naming_the_key() {
     let line = stderr.lines().last().unwrap_or_default();
     assert!(line.contains(key) && line.contains("outside the layout's time range"), "{stderr}");
     assert_eq!(get(&mut etcd, key).await.as_deref(), Some(absurd.as_bytes()), "the reservation was rewritten");
+}
+
+/// Every reservation under `prefix`, by slot, in Unix ms.
+async fn reservations(client: &mut etcd_client::Client, prefix: &str) -> BTreeMap<u64, i64> {
+    let keys = format!("{prefix}/reservations/");
+    let got = client.get(keys.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    got.kvs()
+        .iter()
+        .map(|kv| {
+            let slot = kv.key_str().unwrap().strip_prefix(&keys).unwrap().parse().unwrap();
+            let value: serde_json::Value = serde_json::from_slice(kv.value()).unwrap();
+            (slot, value["reserved_until_ms"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+/// How many worker keys are under `prefix`: the slots held.
+async fn workers_held(client: &mut etcd_client::Client, prefix: &str) -> i64 {
+    let options = etcd_client::GetOptions::new().with_prefix().with_count_only();
+    client.get(format!("{prefix}/workers/"), Some(options)).await.unwrap().count()
+}
+
+/// Issue 24, finding 4: one instance holds every slot the default 10-bit worker field has
+/// (`--slots 1024`), against an etcd with its default limit of 128 operations per
+/// transaction. It starts, mints on every slot, extends every reservation, and on SIGTERM
+/// saves each slot's final reservation and frees every slot. (One sequence bit, so that one
+/// batch of 65,536 IDs spans every slot: 2,048 IDs per millisecond.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_holds_all_1024_slots_of_the_default_worker_field() {
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let layout = Layout::snowmint(layout().epoch_ms, 10, 1);
+    let started = Instant::now();
+    let extra = ["--slots", "1024", "--sequence-bits", "1", "--etcd-start-timeout-ms", "120000"];
+    let mut a = serve(&cluster, "/all", &extra);
+    let mut client = a.client().await;
+    let mut ids = vec![next_id_eventually(&mut client, Duration::from_secs(20)).await];
+    eprintln!("--slots 1024: the first ID {:?} after the process started", started.elapsed());
+    // A second after the last small ask, a batch may take each tick whole (the reserve kept
+    // for small asks, a 64th of a tick, would be the last 16 slots' IDs).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let batch = BatchIdsRequest { count: 65_536, ..Default::default() };
+    ids.extend(client.batch_ids(batch).await.unwrap().into_inner().ids);
+    assert_increasing(&ids);
+    let mut last_tick = BTreeMap::new();
+    for &id in &ids {
+        let parts = layout.unpack(id);
+        last_tick.insert(parts.worker, parts.tick);
+    }
+    assert_eq!(last_tick.len(), 1024, "minted on {} slots of 1024", last_tick.len());
+    assert_eq!(workers_held(&mut etcd, "/all").await, 1024);
+
+    // Every reservation is extended as time goes on (a third of the 3 s window at a time).
+    let first = reservations(&mut etcd, "/all").await;
+    assert_eq!(first.len(), 1024);
+    let waited = Instant::now();
+    loop {
+        let now = reservations(&mut etcd, "/all").await;
+        let behind = first.iter().filter(|&(slot, until)| now.get(slot).is_none_or(|n| n <= until)).count();
+        if behind == 0 {
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(20), "{behind} of 1024 reservations not extended in 20 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("every reservation extended {:?} after the first reading", waited.elapsed());
+
+    let stopping = Instant::now();
+    a.signal("TERM");
+    assert!(a.wait(Duration::from_secs(20)).await.success());
+    eprintln!("SIGTERM to exit: {:?}", stopping.elapsed());
+    assert_eq!(workers_held(&mut etcd, "/all").await, 0, "every slot is free at once");
+    let last = reservations(&mut etcd, "/all").await;
+    for (&slot, &tick) in &last_tick {
+        assert_eq!(last[&slot], layout.tick_end_ms(tick), "slot {slot}: the final reservation is its last tick used");
+    }
+    let logs = a.drain_logs().join("\n");
+    assert!(!logs.contains("too many operations"), "{logs}");
+
+    // The limit kept to: etcd refuses a transaction of 129 operations.
+    let gets: Vec<etcd_client::TxnOp> = (0..129).map(|i| etcd_client::TxnOp::get(format!("/all/{i}"), None)).collect();
+    let refused =
+        etcd.txn(etcd_client::Txn::new().and_then(gets)).await.expect_err("129 operations in one transaction");
+    assert!(refused.to_string().contains("too many operations in txn request"), "{refused}");
 }

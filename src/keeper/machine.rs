@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::defects::{self, Defect};
 use crate::grant::{Grant, Holding, Minted, SlotGrant};
 use crate::layout::{Layout, rfc3339_ms};
-use crate::store::{Outcome, Reply, Request, SessionId, SlotRead, Stored, Version, Write};
+use crate::store::{MAX_READS, MAX_WRITES, Outcome, Reply, Request, SessionId, SlotRead, Stored, Version, Write};
 
 /// A reading of the clocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,8 +204,9 @@ struct Listing {
 #[derive(Debug, Clone)]
 struct Stopping {
     minted: Minted,
-    /// The final shrink was tried (or ruled out).
-    shrink_done: bool,
+    /// The final shrink: `None` until it is planned (or ruled out), then the writes not sent
+    /// yet, at most [`MAX_WRITES`] to a request.
+    shrink: Option<Vec<Write>>,
 }
 
 /// The slot keeper.
@@ -434,7 +435,7 @@ impl Keeper {
     /// known), then end the session.
     pub fn finish(&mut self, minted: Minted) {
         if self.stopping.is_none() {
-            self.stopping = Some(Stopping { minted, shrink_done: false });
+            self.stopping = Some(Stopping { minted, shrink: None });
             self.retry_at = None;
         }
         self.publish_unheld("the server is stopping");
@@ -638,8 +639,14 @@ impl Keeper {
     }
 
     fn next_read_request(&self) -> Option<Request> {
-        let slots: Vec<u32> =
-            self.slots.iter().filter(|s| s.phase == Phase::NeedFloor || s.version.is_none()).map(|s| s.id).collect();
+        // At most one transaction's worth; the rest go in the next requests.
+        let slots: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|s| s.phase == Phase::NeedFloor || s.version.is_none())
+            .map(|s| s.id)
+            .take(MAX_READS)
+            .collect();
         let linearizable = !defects::active(Defect::StaleFloorRead);
         (!slots.is_empty()).then_some(Request::ReadReservations { slots, linearizable })
     }
@@ -679,10 +686,17 @@ impl Keeper {
     }
 
     fn next_write_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
-        let writes: Vec<Write> = self
-            .slots
-            .iter()
-            .filter(|slot| self.needs_write(now, slot))
+        let mut due: Vec<&Slot> = self.slots.iter().filter(|slot| self.needs_write(now, slot)).collect();
+        if due.is_empty() {
+            return None;
+        }
+        // At most one transaction's worth, the slots minting on the shortest reservation
+        // first (a first write adds a slot; an extension keeps one minting). Each request is
+        // all or none on its own slots only: its refusal or unknown outcome touches no other.
+        due.sort_by_key(|slot| (slot.phase != Phase::Granted, slot.confirmed_ms));
+        let writes: Vec<Write> = due
+            .into_iter()
+            .take(MAX_WRITES)
             .map(|slot| Write {
                 slot: slot.id,
                 until_ms: self.target_ms(now, slot),
@@ -690,9 +704,6 @@ impl Keeper {
                 wall_ms: now.wall_ms,
             })
             .collect();
-        if writes.is_empty() {
-            return None;
-        }
         // Invariant 3: the write applies only while this session holds each slot, and only
         // over the exact version it replaces, so a late write never lowers the reservation.
         let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
@@ -728,20 +739,26 @@ impl Keeper {
             self.done = true;
             return None;
         };
-        let stopping = self.stopping.as_mut().expect("stopping");
-        if !stopping.shrink_done {
-            stopping.shrink_done = true;
-            if let Some(request) = self.shrink_request(session, now) {
-                return Some(request);
-            }
+        if self.stopping.as_ref().expect("stopping").shrink.is_none() {
+            let planned = self.plan_shrink().unwrap_or_default();
+            self.stopping.as_mut().expect("stopping").shrink = Some(planned);
+        }
+        let left = self.stopping.as_mut().and_then(|s| s.shrink.as_mut()).expect("planned");
+        if !left.is_empty() {
+            // A request's worth at a time, each all or none on its own slots: a slot's final
+            // reservation covers what that slot minted, whatever became of the others'.
+            let writes: Vec<Write> =
+                left.drain(..left.len().min(MAX_WRITES)).map(|w| Write { wall_ms: now.wall_ms, ..w }).collect();
+            let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
+            return Some(Request::WriteReservations { session, writes, check_claim });
         }
         Some(Request::CloseSession { session })
     }
 
-    /// The final write: each granted slot's reservation shrunk to the last millisecond
+    /// The final writes: each granted slot's reservation shrunk to the last millisecond
     /// minted on it (never below the floor it inherited), so the next start mints at once.
     /// Only when what was minted is known, and every version is known.
-    fn shrink_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
+    fn plan_shrink(&mut self) -> Option<Vec<Write>> {
         let minted = self.stopping.as_ref().expect("stopping").minted.clone();
         let minted = match minted {
             Minted::UpTo(_) => minted,
@@ -761,14 +778,11 @@ impl Keeper {
             let epoch = self.config.layout.epoch_ms;
             let until_ms = last.max(slot.floor_ms).unwrap_or(epoch).max(epoch);
             if slot.confirmed_ms.is_some_and(|c| until_ms < c) {
-                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: now.wall_ms });
+                // The writer's clock is stamped as each request goes out.
+                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: 0 });
             }
         }
-        if writes.is_empty() {
-            return None;
-        }
-        let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
-        Some(Request::WriteReservations { session, writes, check_claim })
+        Some(writes)
     }
 
     // ---- Handling replies ----
@@ -1597,5 +1611,91 @@ mod tests {
         let (_, next) = k.poll_request(at(1_300)).unwrap();
         let Request::WriteReservations { writes, .. } = next else { panic!("{next:?}") };
         assert_eq!(writes[0].expect, Some(Version::At(20)));
+    }
+
+    /// A store that grants everything asked of it, and records the largest read and write.
+    #[derive(Default)]
+    struct Granting {
+        version: i64,
+        largest_read: usize,
+        largest_write: usize,
+        /// Per slot, the reservation it holds.
+        stored: BTreeMap<u32, i64>,
+        closed: bool,
+    }
+
+    impl Granting {
+        fn answer(&mut self, request: &Request) -> Reply {
+            match request {
+                Request::OpenSession { .. } => Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) },
+                Request::ListSlots { .. } => Reply::Slots { taken: vec![], ours: vec![] },
+                Request::CountSlots => Reply::SlotCount { taken: 0 },
+                Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: true },
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::ReadReservations { slots, .. } => {
+                    self.largest_read = self.largest_read.max(slots.len());
+                    let read =
+                        |&slot| SlotRead { slot, location: format!("/p/reservations/{slot}"), stored: Stored::Absent };
+                    Reply::Reservations(slots.iter().map(read).collect())
+                }
+                Request::WriteReservations { writes, .. } => {
+                    self.largest_write = self.largest_write.max(writes.len());
+                    self.version += 1;
+                    for write in writes {
+                        self.stored.insert(write.slot, write.until_ms);
+                    }
+                    Reply::Written(writes.iter().map(|w| (w.slot, Version::At(self.version))).collect())
+                }
+                Request::CloseSession { .. } => {
+                    self.closed = true;
+                    Reply::SessionClosed
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+
+        /// Answers every request due at `now`; how many there were.
+        fn answer_all(&mut self, k: &mut Keeper, now: Now) -> usize {
+            let mut answered = 0;
+            while let Some((id, request)) = k.poll_request(now) {
+                let reply = self.answer(&request);
+                k.handle_reply(now, id, reply);
+                answered += 1;
+                assert!(answered < 5_000, "no end of requests at {now:?}");
+            }
+            answered
+        }
+    }
+
+    /// Issue 24, finding 4: however many slots an instance holds (up to the 1,024 of ten
+    /// worker bits), no request names more slots than one etcd transaction carries (128
+    /// operations: a read takes one per slot, a write five), so the start, each extension and
+    /// the final shrink go out as several requests, and every slot gets its turn in each.
+    #[test]
+    fn no_request_names_more_slots_than_one_transaction_carries() {
+        for count in [1, 2, 25, 26, 64, 65, 128, 129, 1024] {
+            let all: Vec<u32> = (0..count as u32).collect();
+            let mut k = keeper(SlotPolicy::Leased { count, preferred: all.clone() }, 3_000);
+            let mut store = Granting::default();
+            store.answer_all(&mut k, at(0));
+            assert!(k.started(), "{count} slots: not started");
+            assert_eq!(granted(&mut k).slots.len(), count);
+            let first = store.stored.clone();
+            assert_eq!(first.len(), count, "{count} slots: not every first reservation written");
+
+            // A third of the window later, every reservation is extended.
+            store.answer_all(&mut k, at(1_100));
+            assert!(store.stored.iter().all(|(slot, until)| *until > first[slot]), "{count} slots: not all extended");
+            assert_eq!(granted(&mut k).slots.iter().map(|s| s.reserved_ms).min(), Some(WALL + 1_100 + 3_000));
+
+            // The final shrink covers every slot, then the session ends.
+            k.finish(Minted::UpTo(all.iter().map(|&slot| (slot, WALL + 1_200)).collect()));
+            store.answer_all(&mut k, at(1_200));
+            assert!(k.is_done() && store.closed, "{count} slots: the stop did not end");
+            assert!(store.stored.values().all(|&until| until == WALL + 1_200), "{count} slots: not every slot shrunk");
+
+            assert!(store.largest_read <= MAX_READS, "{count} slots: a read of {} slots", store.largest_read);
+            assert!(store.largest_write <= MAX_WRITES, "{count} slots: a write of {} slots", store.largest_write);
+        }
     }
 }

@@ -5,12 +5,14 @@
 //! a compare on a missing key compares against zero. Leases expire in simulated time unless
 //! renewed, deleting the keys attached to them; a keep-alive on an expired or revoked lease
 //! is answered "lease not found" (the store's `SessionGone`). A serializable read may be
-//! served by a member that is behind: it sees the state as of an earlier instant.
+//! served by a member that is behind: it sees the state as of an earlier instant. A
+//! transaction of more than 128 operations is refused whole: a read of more than
+//! [`MAX_READS`] slots or a write of more than [`MAX_WRITES`], as the store builds them.
 
 use std::collections::BTreeMap;
 
 use super::Us;
-use crate::store::{Reply, Request, SessionId, SlotRead, Stored, Version};
+use crate::store::{MAX_READS, MAX_WRITES, Outcome, Reply, Request, SessionId, SlotRead, Stored, Version};
 
 /// Which process sent a request: (node, incarnation).
 pub type Owner = (usize, u32);
@@ -151,6 +153,15 @@ impl EtcdModel {
     /// instant as of which the member that serves it is up to date.
     pub fn apply(&mut self, now: Us, owner: Owner, request: &Request, stale_at: Us) -> Reply {
         self.expire(now);
+        let too_many = match request {
+            Request::ReadReservations { slots, linearizable: true } => slots.len() > MAX_READS,
+            Request::WriteReservations { writes, .. } => writes.len() > MAX_WRITES,
+            _ => false,
+        };
+        if too_many {
+            let error = "etcdserver: too many operations in txn request".into();
+            return Reply::Failed { error, outcome: Outcome::NotApplied };
+        }
         match request {
             Request::OpenSession { ttl } => {
                 self.next_lease += 1;
@@ -196,7 +207,7 @@ impl EtcdModel {
                 if !self.leases.contains_key(session) {
                     return Reply::Failed {
                         error: "etcdserver: requested lease not found".into(),
-                        outcome: crate::store::Outcome::NotApplied,
+                        outcome: Outcome::NotApplied,
                     };
                 }
                 match self.kv.get(&Key::Worker(*slot)) {

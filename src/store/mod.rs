@@ -14,6 +14,17 @@ pub mod file;
 
 use std::time::Duration;
 
+/// The most slots one [`Request::ReadReservations`] names. Every store reads that many in one
+/// step: etcd in one transaction of as many gets, within its 128 operations.
+pub const MAX_READS: usize = 128;
+
+/// The most writes one [`Request::WriteReservations`] carries. Every store applies that many
+/// all or none: etcd in one transaction of five operations per write (two compares, a put,
+/// and two gets should it be refused), 125 of its 128. A keeper with more slots writes them
+/// in several requests, each of them all or none, and each slot's write independent of the
+/// others' (its own compares).
+pub const MAX_WRITES: usize = 25;
+
 /// The store's handle on a claim: an etcd lease ID, or the file store's lock.
 pub type SessionId = i64;
 
@@ -88,11 +99,13 @@ pub enum Request {
     SampleClocks { session: SessionId, from: u32, limit: u32 },
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
     Claim { session: SessionId, slot: u32 },
-    /// Reads the reservations of `slots`. Always linearizable in production: a read served
-    /// from a member's stale copy could miss the previous holder's last reservation.
+    /// Reads the reservations of `slots` (at most [`MAX_READS`]). Always linearizable in
+    /// production: a read served from a member's stale copy could miss the previous holder's
+    /// last reservation.
     ReadReservations { slots: Vec<u32>, linearizable: bool },
-    /// Writes reservations, all or none: each only while `session` holds its slot (unless the
-    /// planted defect drops that check) and while its stored version is `expect`.
+    /// Writes reservations (at most [`MAX_WRITES`]), all or none: each only while `session`
+    /// holds its slot (unless the planted defect drops that check) and while its stored
+    /// version is `expect`.
     WriteReservations { session: SessionId, writes: Vec<Write>, check_claim: bool },
     /// Keeps the session alive.
     Renew { session: SessionId },
