@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::EXIT_LIMIT;
@@ -19,8 +19,13 @@ use common::{
     Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serial,
     serve_to_exit,
 };
+use snowmint::clock::{Clock, SystemClock};
+use snowmint::grant::Minted;
+use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
 use snowmint::layout::Layout;
+use snowmint::metrics::Metrics;
 use snowmint::proto::BatchIdsRequest;
+use snowmint::store::etcd::EtcdStore;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -567,4 +572,95 @@ async fn one_instance_holds_all_1024_slots_of_the_default_worker_field() {
     let refused =
         etcd.txn(etcd_client::Txn::new().and_then(gets)).await.expect_err("129 operations in one transaction");
     assert!(refused.to_string().contains("too many operations in txn request"), "{refused}");
+}
+
+/// The system's clocks, with the wall clock `offset_ms` off (changed at will).
+#[derive(Default)]
+struct OffsetClock {
+    system: SystemClock,
+    offset_ms: AtomicI64,
+}
+
+impl Clock for OffsetClock {
+    fn wall_us(&self) -> i64 {
+        self.system.wall_us() + self.offset_ms.load(Ordering::Relaxed) * 1_000
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.system.monotonic()
+    }
+}
+
+/// The real keeper over the real etcd store on `prefix`, as `serve` starts its own with the
+/// fleet's clock check on (30 s): `slots` slots, `first` and the ones after it preferred.
+async fn start_keeper(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    slots: usize,
+    first: u32,
+    clock: Arc<dyn Clock>,
+) -> Result<KeeperHandle, String> {
+    let config = common::claims::etcd_config(&cluster.endpoints(), prefix, Duration::from_secs(3), None, "skew");
+    let store = EtcdStore::connect(&config, &layout(), clock.wall_ms()).await.map_err(|e| e.to_string())?;
+    let keeper_config = KeeperConfig {
+        policy: SlotPolicy::Leased { count: slots, preferred: (first..).take(slots).collect() },
+        ttl: config.lease_ttl,
+        window_ms: 3_000,
+        layout: layout(),
+        seed: u64::from(first) * 0x9e37_79b9 + 1,
+        max_fleet_skew_ms: Some(30_000),
+    };
+    let driver = keeper::DriverConfig {
+        call_timeout: config.call_timeout(),
+        start_timeout: Duration::from_secs(20),
+        clock,
+        metrics: Metrics::new(),
+        history: None,
+    };
+    keeper::start(store, keeper_config, driver).await.map_err(|e| e.to_string())
+}
+
+/// Issue 24, finding 5, against the real etcd: the fleet's clock check counts each instance
+/// once. One instance holds 40 slots and its clock then goes an hour ahead, beside three
+/// instances of one slot each: a healthy newcomer starts (by slot the 40 would outvote the
+/// three), and a newcomer an hour ahead, as the 40, does not pass itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_clock_check_counts_an_instance_of_many_slots_once() {
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let system = || Arc::new(SystemClock::new()) as Arc<dyn Clock>;
+    let mut keepers = Vec::new();
+    for first in [500, 600, 700] {
+        keepers.push(start_keeper(&cluster, "/skew", 1, first, system()).await.expect("a healthy instance starts"));
+    }
+    let many_clock = Arc::new(OffsetClock::default());
+    keepers.push(start_keeper(&cluster, "/skew", 40, 0, many_clock.clone()).await.expect("40 slots start"));
+
+    // Its clock goes an hour ahead; its next writes publish that.
+    many_clock.offset_ms.store(3_600_000, Ordering::Relaxed);
+    let changed = Instant::now();
+    loop {
+        let value = get(&mut etcd, "/skew/reservations/0").await.expect("slot 0 reserved");
+        let written_at = serde_json::from_slice::<serde_json::Value>(&value).unwrap()["written_at_ms"].as_i64();
+        if written_at.is_some_and(|at| at > SystemClock::new().wall_ms() + 3_000_000) {
+            break;
+        }
+        assert!(changed.elapsed() < Duration::from_secs(10), "the skewed clock was never published");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let healthy = start_keeper(&cluster, "/skew", 1, 800, system()).await;
+    keepers.push(healthy.expect("a healthy instance beside one of 40 slots an hour ahead starts"));
+
+    let ahead = Arc::new(OffsetClock::default());
+    ahead.offset_ms.store(3_600_000, Ordering::Relaxed);
+    let error = match start_keeper(&cluster, "/skew", 1, 900, ahead).await {
+        Ok(_) => panic!("an instance an hour ahead of four of five instances started"),
+        Err(error) => error,
+    };
+    assert!(error.contains("ahead of the median of 5 other instances"), "{error}");
+    for keeper in keepers {
+        keeper.finish(Minted::Unknown, Duration::from_secs(5)).await;
+    }
 }

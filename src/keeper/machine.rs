@@ -17,7 +17,9 @@ use std::time::Duration;
 use crate::defects::{self, Defect};
 use crate::grant::{Grant, Holding, Minted, SlotGrant};
 use crate::layout::{Layout, rfc3339_ms};
-use crate::store::{MAX_READS, MAX_WRITES, Outcome, Reply, Request, SessionId, SlotRead, Stored, Version, Write};
+use crate::store::{
+    MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version, Write,
+};
 
 /// A reading of the clocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +51,8 @@ pub struct KeeperConfig {
     /// Seeds the choice among free slots and the retry jitter.
     pub seed: u64,
     /// The fleet's clock check (leased slots only): beyond this many ms from the median of
-    /// other holders' clocks, the start stops, or a running instance stops minting until
-    /// its clock agrees again. `None`: no check.
+    /// other instances' clocks (each counted once, whatever slots it holds), the start stops,
+    /// or a running instance stops minting until its clock agrees again. `None`: no check.
     pub max_fleet_skew_ms: Option<i64>,
 }
 
@@ -85,7 +87,7 @@ pub enum Event {
         session: SessionId,
         ttl: Option<Duration>,
     },
-    /// This instance's wall clock minus the median of `peers` other holders' clocks.
+    /// This instance's wall clock minus the median of `peers` other instances' clocks.
     FleetClock {
         skew_ms: i64,
         peers: usize,
@@ -266,6 +268,13 @@ pub struct Keeper {
     started: bool,
 }
 
+/// The median of `values` (not empty): the middle one, or halfway between the two middle ones.
+fn median(values: &mut [i64]) -> i64 {
+    values.sort_unstable();
+    let n = values.len();
+    if n % 2 == 1 { values[n / 2] } else { values[n / 2 - 1] / 2 + values[n / 2] / 2 }
+}
+
 /// The first retry delay after a failed request; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -277,8 +286,8 @@ const CLAIM_JITTER_MS: u64 = 50;
 /// How often the fleet's slots in use are counted (a count-only read: cheap even for a
 /// fleet of a thousand instances, about 30 reads a second in all).
 const COUNT_EVERY: Duration = Duration::from_secs(30);
-/// How often other holders' clocks are sampled, and how many: one bounded read of keys and
-/// one of as many reservations.
+/// How often other instances' clocks are sampled, and how many instances: bounded reads of
+/// keys (more of them where instances hold many slots) and one of as many reservations.
 const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 const SAMPLE_PEERS: u32 = 9;
 /// How many TTLs after a claim of unknown outcome (or a loss) the session keeps checking
@@ -552,15 +561,10 @@ impl Keeper {
     /// clocks. Each was published with a reservation write, and a holder writes each time its
     /// minting time gains a third of a window, so a write is on average a sixth of a window
     /// old: the correction added to each, with an error of at most that much either way.
-    fn sampled(&mut self, now: Now, clocks: Vec<(u32, i64)>) {
+    fn sampled(&mut self, now: Now, clocks: Vec<PeerClock>) {
         self.next_sample = Some(now.boot + SAMPLE_EVERY);
         let Some(max) = self.config.max_fleet_skew_ms else { return };
-        let own: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
-        let mut peers: Vec<i64> = clocks
-            .into_iter()
-            .filter(|(slot, _)| !own.contains(slot))
-            .map(|(_, wall)| wall.saturating_add(self.config.window_ms / 6))
-            .collect();
+        let mut peers = self.votes(clocks);
         if peers.is_empty() {
             // No one to compare with: a refusal stands on nothing.
             if self.skew_refusal.take().is_some() {
@@ -569,10 +573,8 @@ impl Keeper {
             }
             return;
         }
-        peers.sort_unstable();
         let n = peers.len();
-        let median = if n % 2 == 1 { peers[n / 2] } else { peers[n / 2 - 1] / 2 + peers[n / 2] / 2 };
-        let skew_ms = now.wall_ms.saturating_sub(median);
+        let skew_ms = now.wall_ms.saturating_sub(median(&mut peers));
         self.events.push_back(Event::FleetClock { skew_ms, peers: n });
         if skew_ms.saturating_abs() > max {
             let reason = format!(
@@ -592,6 +594,20 @@ impl Keeper {
             self.events.push_back(Event::FleetClockWithin);
         }
         self.publish();
+    }
+
+    /// One clock per other instance: the median of its slots' clocks sampled, corrected for
+    /// the age of a write. Counted by slot, an instance of many slots would outvote the rest
+    /// of the fleet: one with a bad clock could stop the healthy ones, or, beside the slots of
+    /// its own earlier run (under another session), pass itself.
+    fn votes(&self, clocks: Vec<PeerClock>) -> Vec<i64> {
+        let own: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        let session = self.session.as_ref().map(|s| s.id);
+        let mut by_holder: BTreeMap<SessionId, Vec<i64>> = BTreeMap::new();
+        for clock in clocks.into_iter().filter(|c| !own.contains(&c.slot) && Some(c.holder) != session) {
+            by_holder.entry(clock.holder).or_default().push(clock.wall_ms.saturating_add(self.config.window_ms / 6));
+        }
+        by_holder.into_values().map(|mut walls| median(&mut walls)).collect()
     }
 
     fn wanted(&self) -> usize {
@@ -1469,7 +1485,19 @@ mod tests {
     /// Peers' published clocks, each `offsets[i]` ms from `now` and corrected for the
     /// average age of a write (a sixth of the 3 s window).
     fn peer_clocks(now: Now, offsets: &[i64]) -> Reply {
-        Reply::PeerClocks(offsets.iter().enumerate().map(|(i, o)| (10 + i as u32, now.wall_ms + o - 500)).collect())
+        let holders: Vec<SessionId> = (0..offsets.len() as i64).map(|i| 100 + i).collect();
+        clocks_of(now, &holders, offsets)
+    }
+
+    /// Per slot (10 on), its holder and its clock `offsets[i]` ms from `now`, corrected as
+    /// in [`peer_clocks`].
+    fn clocks_of(now: Now, holders: &[SessionId], offsets: &[i64]) -> Reply {
+        let clock = |(i, (&holder, o)): (usize, (&SessionId, &i64))| PeerClock {
+            slot: 10 + i as u32,
+            holder,
+            wall_ms: now.wall_ms + o - 500,
+        };
+        Reply::PeerClocks(holders.iter().zip(offsets).enumerate().map(clock).collect())
     }
 
     /// The fleet's clock check at the start: before any claim, the others' clocks are
@@ -1496,6 +1524,38 @@ mod tests {
         assert!(events.contains(&Event::FleetClock { skew_ms: 100, peers: 3 }), "{events:?}");
         let (_, next) = k.poll_request(at(0)).unwrap();
         assert_eq!(next, Request::ListSlots { session: 77 });
+    }
+
+    /// Issue 24, finding 5: the fleet's clock check counts each instance once, however many
+    /// slots it holds. One instance an hour off holding 20 slots beside three instances of
+    /// one slot each: a healthy instance starts (the one far off is one voice of four), and
+    /// one an hour off (here: beside the 20 slots of its own earlier run, under another
+    /// lease) does not pass itself.
+    #[test]
+    fn the_fleet_clock_check_counts_each_instance_once() {
+        // Holder 50 holds 20 slots; 51, 52 and 53 one each.
+        let mut holders = vec![50; 20];
+        holders.extend([51, 52, 53]);
+        let sample = |now: Now, offsets: Vec<i64>| clocks_of(now, &holders, &offsets);
+        let mut healthy = skew_checked(30_000);
+        exchange(&mut healthy, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(60)) });
+        let mut offsets = vec![-3_600_000; 20];
+        offsets.extend([0, 200, -300]);
+        exchange(&mut healthy, at(0), |_| sample(at(0), offsets.clone()));
+        assert!(healthy.fatal().is_none(), "a healthy instance stopped: {:?}", healthy.fatal());
+        let events: Vec<Event> = std::iter::from_fn(|| healthy.poll_event()).collect();
+        let counted =
+            events.iter().any(|e| matches!(e, Event::FleetClock { skew_ms, peers: 4 } if skew_ms.abs() <= 300));
+        assert!(counted, "not four instances within 300 ms: {events:?}");
+
+        // This clock an hour ahead of the three; its earlier run's 20 slots agree with it.
+        let mut skewed = skew_checked(30_000);
+        exchange(&mut skewed, at(0), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(60)) });
+        let mut offsets = vec![0; 20];
+        offsets.extend([-3_600_000, -3_600_200, -3_599_700]);
+        exchange(&mut skewed, at(0), |_| sample(at(0), offsets.clone()));
+        let error = skewed.fatal().map(ToString::to_string).unwrap_or_default();
+        assert!(error.contains("ahead of the median of 4 other instances"), "passed itself: {error:?}");
     }
 
     /// Answers due renewals and reservation writes at `now` until the clock sample is

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::Us;
-use crate::store::{MAX_READS, MAX_WRITES, Outcome, Reply, Request, SessionId, SlotRead, Stored, Version};
+use crate::store::{MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version};
 
 /// Which process sent a request: (node, incarnation).
 pub type Owner = (usize, u32);
@@ -174,19 +174,32 @@ impl EtcdModel {
                 Reply::SlotCount { taken: self.kv.keys().filter(|k| matches!(k, Key::Worker(_))).count() as u64 }
             }
             Request::SampleClocks { session, from, limit } => {
-                let held = |slot: &u32| self.kv.get(&Key::Worker(*slot)).is_some_and(|kv| kv.lease != *session);
-                let workers = self.kv.keys().filter_map(|k| match k {
-                    Key::Worker(slot) => Some(*slot),
-                    _ => None,
-                });
-                let (after, before): (Vec<u32>, Vec<u32>) = workers.partition(|slot| slot >= from);
-                let clocks = after
+                // As the store samples: the first slot met of each holder other than
+                // `session`, from `from` on (wrapping), up to `limit` holders.
+                let mut workers: Vec<(u32, i64)> = self
+                    .kv
+                    .iter()
+                    .filter_map(|(k, kv)| match k {
+                        Key::Worker(slot) => Some((*slot, kv.lease)),
+                        _ => None,
+                    })
+                    .collect();
+                // In slot order from `from` on, then from the start.
+                let from_on = workers.partition_point(|(slot, _)| slot < from);
+                workers.rotate_left(from_on);
+                let mut holders: Vec<(i64, u32)> = Vec::new();
+                for (slot, lease) in workers {
+                    if lease != *session && holders.len() < *limit as usize && !holders.iter().any(|&(h, _)| h == lease)
+                    {
+                        holders.push((lease, slot));
+                    }
+                }
+                let clocks = holders
                     .into_iter()
-                    .chain(before)
-                    .filter(held)
-                    .take(*limit as usize)
-                    .filter(|slot| self.reservation(*slot).is_some())
-                    .filter_map(|slot| Some((slot, *self.written_at.get(&slot)?)))
+                    .filter(|(_, slot)| self.reservation(*slot).is_some())
+                    .filter_map(|(holder, slot)| {
+                        Some(PeerClock { slot, holder, wall_ms: *self.written_at.get(&slot)? })
+                    })
                     .collect();
                 Reply::PeerClocks(clocks)
             }

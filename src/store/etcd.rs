@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::{
-    MAX_READS, MAX_WRITES, Outcome, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version, Write,
+    MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version,
+    Write,
 };
 use crate::layout::{Layout, rfc3339_ms};
 
@@ -283,10 +284,7 @@ impl EtcdStore {
         let mut taken = Vec::new();
         let mut ours = Vec::new();
         for kv in listed.kvs() {
-            let Some(id) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(&prefix)?.parse().ok())
-            else {
-                continue;
-            };
+            let Some(id) = slot_of(&prefix, kv.key()) else { continue };
             taken.push(id);
             if kv.lease() == session {
                 ours.push(id);
@@ -295,49 +293,71 @@ impl EtcdStore {
         Ok(Reply::Slots { taken, ours })
     }
 
-    /// Up to `limit` slots held by other sessions, from slot `from` on in key order (then
-    /// from the start): two bounded reads of keys, then one of their reservations.
+    /// Up to `limit` other holders' clocks, one slot each: the holders found from slot
+    /// `from` on in key order (then from the start), then one read of those slots'
+    /// reservations.
     async fn sample_clocks(&mut self, session: SessionId, from: u32, limit: u32) -> Result<Reply, String> {
-        let prefix = format!("{}/workers/", self.prefix);
-        // The end of the prefix's range: '/' + 1.
-        let end = format!("{}/workers0", self.prefix);
-        let mut peers: Vec<u32> = Vec::new();
-        for start in [self.key("workers", from), prefix.clone()] {
-            let options = GetOptions::new().with_range(end.clone()).with_keys_only().with_limit(i64::from(limit) + 1);
-            let got =
-                self.etcd.attempt("sample clocks", |mut c| async move { c.get(start, Some(options)).await }).await?;
-            for kv in got.kvs() {
-                let Some(id) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(&prefix)?.parse().ok())
-                else {
-                    continue;
-                };
-                if kv.lease() != session && !peers.contains(&id) && peers.len() < limit as usize {
-                    peers.push(id);
-                }
-            }
-            if peers.len() >= limit as usize {
-                break;
-            }
-        }
-        if peers.is_empty() {
+        let holders = self.sample_holders(session, from, (limit as usize).min(MAX_READS)).await?;
+        if holders.is_empty() {
             return Ok(Reply::PeerClocks(Vec::new()));
         }
-        let txn = match read_plan(&self.prefix, &peers).txn("sample clocks") {
+        let slots: Vec<u32> = holders.iter().map(|&(_, slot)| slot).collect();
+        let txn = match read_plan(&self.prefix, &slots).txn("sample clocks") {
             Ok(txn) => txn,
             Err(refused) => return Ok(refused),
         };
         let response = self.etcd.attempt("sample clocks", |mut c| async move { c.txn(txn).await }).await?;
         let responses = response.op_responses();
-        let clocks = peers
+        let clocks = holders
             .iter()
             .enumerate()
-            .filter_map(|(i, &slot)| {
+            .filter_map(|(i, &(holder, slot))| {
                 let kv = kv_of(&responses, i)?;
-                let written_at = serde_json::from_slice::<Reservation>(kv.value()).ok()?.written_at_ms?;
-                Some((slot, written_at))
+                let wall_ms = serde_json::from_slice::<Reservation>(kv.value()).ok()?.written_at_ms?;
+                Some(PeerClock { slot, holder, wall_ms })
             })
             .collect();
         Ok(Reply::PeerClocks(clocks))
+    }
+
+    /// Up to `limit` holders (leases) other than `session`, each with the first of its slots
+    /// met, from slot `from` on in key order and then from the start. Keys-only reads, the
+    /// first of `limit + 1` keys and each next one twice as many (up to [`SAMPLE_PAGE_MAX`]),
+    /// until as many holders are found or every key was seen: an instance of many slots is
+    /// one holder, passed over at the cost of reading its keys.
+    async fn sample_holders(
+        &mut self,
+        session: SessionId,
+        from: u32,
+        limit: usize,
+    ) -> Result<Vec<(SessionId, u32)>, String> {
+        let prefix = format!("{}/workers/", self.prefix);
+        let first = self.key("workers", from);
+        // The end of the prefix's range: '/' + 1.
+        let end = format!("{}/workers0", self.prefix);
+        let mut holders: Vec<(SessionId, u32)> = Vec::new();
+        let mut page = limit as i64 + 1;
+        for (start, until) in [(first.clone(), end), (prefix.clone(), first)] {
+            let mut at = start.into_bytes();
+            while holders.len() < limit {
+                let options = GetOptions::new().with_range(until.clone()).with_keys_only().with_limit(page);
+                let key = at.clone();
+                let got =
+                    self.etcd.attempt("sample clocks", |mut c| async move { c.get(key, Some(options)).await }).await?;
+                for kv in got.kvs() {
+                    let Some(slot) = slot_of(&prefix, kv.key()) else { continue };
+                    let holder = kv.lease();
+                    if holder != session && holders.len() < limit && !holders.iter().any(|&(h, _)| h == holder) {
+                        holders.push((holder, slot));
+                    }
+                }
+                let Some(last) = got.kvs().last().filter(|_| got.more()) else { break };
+                // The next page starts just after the last key read.
+                at = [last.key(), &[0]].concat();
+                page = (page * 2).min(SAMPLE_PAGE_MAX);
+            }
+        }
+        Ok(holders)
     }
 
     async fn claim(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
@@ -487,6 +507,14 @@ impl TxnPlan {
 fn key(prefix: &str, kind: &str, id: u32) -> String {
     format!("{prefix}/{kind}/{id}")
 }
+
+/// The slot a worker key names, given the workers' prefix (`<prefix>/workers/`).
+fn slot_of(workers: &str, key: &[u8]) -> Option<u32> {
+    std::str::from_utf8(key).ok()?.strip_prefix(workers)?.parse().ok()
+}
+
+/// The most keys one page of the clock sample's key reads asks for (keys only: about 20 KB).
+const SAMPLE_PAGE_MAX: i64 = 512;
 
 /// One get of each slot's reservation, in the order of `slots`.
 fn read_plan(prefix: &str, slots: &[u32]) -> TxnPlan {

@@ -70,6 +70,17 @@ pub struct SlotRead {
     pub stored: Stored,
 }
 
+/// Another holder's clock, as it published it with its latest reservation write of a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerClock {
+    pub slot: u32,
+    /// The session that holds the slot (etcd: its lease): one instance holds all its slots
+    /// under one session, so this says which instance the clock is.
+    pub holder: SessionId,
+    /// The writer's wall clock when it wrote, Unix ms.
+    pub wall_ms: i64,
+}
+
 /// One conditional reservation write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -94,8 +105,8 @@ pub enum Request {
     /// alert watches before the slots run out.
     CountSlots,
     /// The wall clocks other holders published with their latest reservation writes: up to
-    /// `limit` slots held by sessions other than `session`, from slot `from` on (wrapping),
-    /// for the fleet's clock check.
+    /// `limit` holders (sessions other than `session`), one slot each, found from slot `from`
+    /// on (wrapping), for the fleet's clock check. A holder of many slots is one holder.
     SampleClocks { session: SessionId, from: u32, limit: u32 },
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
     Claim { session: SessionId, slot: u32 },
@@ -158,9 +169,10 @@ pub enum Reply {
     SlotCount {
         taken: u64,
     },
-    /// Per slot held by another session, the writer's wall clock (Unix ms) at its latest
-    /// reservation write. Slots whose reservation carries none are left out.
-    PeerClocks(Vec<(u32, i64)>),
+    /// Per slot sampled from another session, its holder and the writer's wall clock at its
+    /// latest reservation write. Slots whose reservation carries none are left out. Several
+    /// may come from one holder; the keeper counts each holder once.
+    PeerClocks(Vec<PeerClock>),
     /// `won`: the slot now belongs to the session (newly, or already).
     Claimed {
         slot: u32,
