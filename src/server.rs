@@ -205,12 +205,15 @@ struct History {
 /// without minting.
 async fn start_history(config: &ServeConfig, clock: &Arc<dyn Clock>, metrics: &Metrics) -> Option<(Tap, History)> {
     let retention = config.history_retention?;
-    let (book, hostname, leased): (Arc<dyn Book>, String, bool) = match &config.worker {
-        WorkerConfig::Standalone(standalone) => {
-            (Arc::new(FileBook::new(&standalone.state_dir)), crate::store::etcd::hostname(), false)
-        }
+    let (book, hostname, leased, held): (Arc<dyn Book>, String, bool, usize) = match &config.worker {
+        WorkerConfig::Standalone(standalone) => (
+            Arc::new(FileBook::new(&standalone.state_dir)),
+            crate::store::etcd::hostname(),
+            false,
+            standalone.worker_ids.len(),
+        ),
         WorkerConfig::Etcd(etcd) => match EtcdBook::connect(etcd).await {
-            Ok(book) => (Arc::new(book), etcd.hostname.clone(), true),
+            Ok(book) => (Arc::new(book), etcd.hostname.clone(), true, etcd.slots),
             Err(error) => {
                 metrics.history_writes.with_label_values(&[crate::metrics::RESULT_FAILED]).inc();
                 tracing::warn!(%error, "slot history unavailable; minting goes on without it");
@@ -223,6 +226,7 @@ async fn start_history(config: &ServeConfig, clock: &Arc<dyn Clock>, metrics: &M
         retention,
         leased,
         slots: config.layout.max_worker() + 1,
+        held,
     };
     let (tap, recorder) = recorder::spawn(book.clone(), recorder_config, clock.clone(), metrics.clone());
     Some((tap, History { book, recorder }))

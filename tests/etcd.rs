@@ -8,8 +8,9 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::EXIT_LIMIT;
@@ -18,8 +19,13 @@ use common::{
     Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serial,
     serve_to_exit,
 };
+use snowmint::clock::{Clock, SystemClock};
+use snowmint::grant::Minted;
+use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
 use snowmint::layout::Layout;
+use snowmint::metrics::Metrics;
 use snowmint::proto::BatchIdsRequest;
+use snowmint::store::etcd::EtcdStore;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -480,4 +486,181 @@ async fn an_absurd_reservation_in_etcd_stops_the_start_naming_the_key() {
     let line = stderr.lines().last().unwrap_or_default();
     assert!(line.contains(key) && line.contains("outside the layout's time range"), "{stderr}");
     assert_eq!(get(&mut etcd, key).await.as_deref(), Some(absurd.as_bytes()), "the reservation was rewritten");
+}
+
+/// Every reservation under `prefix`, by slot, in Unix ms.
+async fn reservations(client: &mut etcd_client::Client, prefix: &str) -> BTreeMap<u64, i64> {
+    let keys = format!("{prefix}/reservations/");
+    let got = client.get(keys.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    got.kvs()
+        .iter()
+        .map(|kv| {
+            let slot = kv.key_str().unwrap().strip_prefix(&keys).unwrap().parse().unwrap();
+            let value: serde_json::Value = serde_json::from_slice(kv.value()).unwrap();
+            (slot, value["reserved_until_ms"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+/// How many worker keys are under `prefix`: the slots held.
+async fn workers_held(client: &mut etcd_client::Client, prefix: &str) -> i64 {
+    let options = etcd_client::GetOptions::new().with_prefix().with_count_only();
+    client.get(format!("{prefix}/workers/"), Some(options)).await.unwrap().count()
+}
+
+/// Issue 24, finding 4: one instance holds every slot the default 10-bit worker field has
+/// (`--slots 1024`), against an etcd with its default limit of 128 operations per
+/// transaction. It starts, mints on every slot, extends every reservation, and on SIGTERM
+/// saves each slot's final reservation and frees every slot. (One sequence bit, so that one
+/// batch of 65,536 IDs spans every slot: 2,048 IDs per millisecond.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_holds_all_1024_slots_of_the_default_worker_field() {
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let layout = Layout::snowmint(layout().epoch_ms, 10, 1);
+    let started = Instant::now();
+    let extra = ["--slots", "1024", "--sequence-bits", "1", "--etcd-start-timeout-ms", "120000"];
+    let mut a = serve(&cluster, "/all", &extra);
+    let mut client = a.client().await;
+    let mut ids = vec![next_id_eventually(&mut client, Duration::from_secs(20)).await];
+    eprintln!("--slots 1024: the first ID {:?} after the process started", started.elapsed());
+    // A second after the last small ask, a batch may take each tick whole (the reserve kept
+    // for small asks, a 64th of a tick, would be the last 16 slots' IDs).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let batch = BatchIdsRequest { count: 65_536, ..Default::default() };
+    ids.extend(client.batch_ids(batch).await.unwrap().into_inner().ids);
+    assert_increasing(&ids);
+    let mut last_tick = BTreeMap::new();
+    for &id in &ids {
+        let parts = layout.unpack(id);
+        last_tick.insert(parts.worker, parts.tick);
+    }
+    assert_eq!(last_tick.len(), 1024, "minted on {} slots of 1024", last_tick.len());
+    assert_eq!(workers_held(&mut etcd, "/all").await, 1024);
+
+    // Every reservation is extended as time goes on (a third of the 3 s window at a time).
+    let first = reservations(&mut etcd, "/all").await;
+    assert_eq!(first.len(), 1024);
+    let waited = Instant::now();
+    loop {
+        let now = reservations(&mut etcd, "/all").await;
+        let behind = first.iter().filter(|&(slot, until)| now.get(slot).is_none_or(|n| n <= until)).count();
+        if behind == 0 {
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(20), "{behind} of 1024 reservations not extended in 20 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("every reservation extended {:?} after the first reading", waited.elapsed());
+
+    let stopping = Instant::now();
+    a.signal("TERM");
+    assert!(a.wait(Duration::from_secs(20)).await.success());
+    eprintln!("SIGTERM to exit: {:?}", stopping.elapsed());
+    assert_eq!(workers_held(&mut etcd, "/all").await, 0, "every slot is free at once");
+    let last = reservations(&mut etcd, "/all").await;
+    for (&slot, &tick) in &last_tick {
+        assert_eq!(last[&slot], layout.tick_end_ms(tick), "slot {slot}: the final reservation is its last tick used");
+    }
+    let logs = a.drain_logs().join("\n");
+    assert!(!logs.contains("too many operations"), "{logs}");
+    assert!(!logs.contains("slot history falls behind"), "{logs}");
+
+    // The limit kept to: etcd refuses a transaction of 129 operations.
+    let gets: Vec<etcd_client::TxnOp> = (0..129).map(|i| etcd_client::TxnOp::get(format!("/all/{i}"), None)).collect();
+    let refused =
+        etcd.txn(etcd_client::Txn::new().and_then(gets)).await.expect_err("129 operations in one transaction");
+    assert!(refused.to_string().contains("too many operations in txn request"), "{refused}");
+}
+
+/// The system's clocks, with the wall clock `offset_ms` off (changed at will).
+#[derive(Default)]
+struct OffsetClock {
+    system: SystemClock,
+    offset_ms: AtomicI64,
+}
+
+impl Clock for OffsetClock {
+    fn wall_us(&self) -> i64 {
+        self.system.wall_us() + self.offset_ms.load(Ordering::Relaxed) * 1_000
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.system.monotonic()
+    }
+}
+
+/// The real keeper over the real etcd store on `prefix`, as `serve` starts its own with the
+/// fleet's clock check on (30 s): `slots` slots, `first` and the ones after it preferred.
+async fn start_keeper(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    slots: usize,
+    first: u32,
+    clock: Arc<dyn Clock>,
+) -> Result<KeeperHandle, String> {
+    let config = common::claims::etcd_config(&cluster.endpoints(), prefix, Duration::from_secs(3), None, "skew");
+    let store = EtcdStore::connect(&config, &layout(), clock.wall_ms()).await.map_err(|e| e.to_string())?;
+    let keeper_config = KeeperConfig {
+        policy: SlotPolicy::Leased { count: slots, preferred: (first..).take(slots).collect() },
+        ttl: config.lease_ttl,
+        window_ms: 3_000,
+        layout: layout(),
+        seed: u64::from(first) * 0x9e37_79b9 + 1,
+        max_fleet_skew_ms: Some(30_000),
+    };
+    let driver = keeper::DriverConfig {
+        call_timeout: config.call_timeout(),
+        start_timeout: Duration::from_secs(20),
+        clock,
+        metrics: Metrics::new(),
+        history: None,
+    };
+    keeper::start(store, keeper_config, driver).await.map_err(|e| e.to_string())
+}
+
+/// Issue 24, finding 5, against the real etcd: the fleet's clock check counts each instance
+/// once. One instance holds 40 slots and its clock then goes an hour ahead, beside three
+/// instances of one slot each: a healthy newcomer starts (by slot the 40 would outvote the
+/// three), and a newcomer an hour ahead, as the 40, does not pass itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_clock_check_counts_an_instance_of_many_slots_once() {
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let mut etcd = cluster.client().await;
+    let system = || Arc::new(SystemClock::new()) as Arc<dyn Clock>;
+    let mut keepers = Vec::new();
+    for first in [500, 600, 700] {
+        keepers.push(start_keeper(&cluster, "/skew", 1, first, system()).await.expect("a healthy instance starts"));
+    }
+    let many_clock = Arc::new(OffsetClock::default());
+    keepers.push(start_keeper(&cluster, "/skew", 40, 0, many_clock.clone()).await.expect("40 slots start"));
+
+    // Its clock goes an hour ahead; its next writes publish that.
+    many_clock.offset_ms.store(3_600_000, Ordering::Relaxed);
+    let changed = Instant::now();
+    loop {
+        let value = get(&mut etcd, "/skew/reservations/0").await.expect("slot 0 reserved");
+        let written_at = serde_json::from_slice::<serde_json::Value>(&value).unwrap()["written_at_ms"].as_i64();
+        if written_at.is_some_and(|at| at > SystemClock::new().wall_ms() + 3_000_000) {
+            break;
+        }
+        assert!(changed.elapsed() < Duration::from_secs(10), "the skewed clock was never published");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let healthy = start_keeper(&cluster, "/skew", 1, 800, system()).await;
+    keepers.push(healthy.expect("a healthy instance beside one of 40 slots an hour ahead starts"));
+
+    let ahead = Arc::new(OffsetClock::default());
+    ahead.offset_ms.store(3_600_000, Ordering::Relaxed);
+    let error = match start_keeper(&cluster, "/skew", 1, 900, ahead).await {
+        Ok(_) => panic!("an instance an hour ahead of four of five instances started"),
+        Err(error) => error,
+    };
+    assert!(error.contains("ahead of the median of 5 other instances"), "{error}");
+    for keeper in keepers {
+        keeper.finish(Minted::Unknown, Duration::from_secs(5)).await;
+    }
 }

@@ -18,7 +18,8 @@ use crate::clock::Clock;
 use crate::keeper::Event;
 use crate::metrics::{Metrics, RESULT_DROPPED, RESULT_FAILED, RESULT_OK};
 
-/// Events waiting for the recorder; past this, events are dropped (and counted).
+/// Events waiting for the recorder beyond those of the slots held; past the queue's room,
+/// events are dropped (and counted).
 const QUEUE: usize = 1024;
 
 /// What the recorder needs beyond its book.
@@ -31,6 +32,8 @@ pub struct RecorderConfig {
     pub leased: bool,
     /// The slots the layout has, for spreading the pruning over them.
     pub slots: u64,
+    /// The slots this instance holds at once (`--slots`, or the `--worker-id` list).
+    pub held: usize,
 }
 
 /// Where the keeper's driver drops its events.
@@ -86,7 +89,10 @@ pub fn spawn(
     clock: Arc<dyn Clock>,
     metrics: Metrics,
 ) -> (Tap, RecorderHandle) {
-    let (events, mut queue) = mpsc::channel(QUEUE);
+    // A start or a stop hands over an event per slot held (its claim, its close) and a
+    // write per few slots before the recorder has written one: the queue has room for two
+    // per slot beyond the usual, so that `--slots 1024` leaves no gap.
+    let (events, mut queue) = mpsc::channel(QUEUE + 2 * config.held);
     let tap = Tap { events, clock, metrics: metrics.clone() };
     let mut recorder = Recorder {
         book,
@@ -252,6 +258,7 @@ mod tests {
     use crate::history::audit::audit;
     use crate::history::covering;
     use crate::history::file::FileBook;
+    use crate::history::{Entry, HistoryError};
 
     fn config(pid_host: &str) -> RecorderConfig {
         RecorderConfig {
@@ -259,6 +266,7 @@ mod tests {
             retention: Duration::from_secs(3600),
             leased: true,
             slots: 1024,
+            held: 1,
         }
     }
 
@@ -402,6 +410,50 @@ mod tests {
         handle.finish(Duration::from_secs(5)).await;
         assert!(metrics.history_writes.with_label_values(&[RESULT_FAILED]).get() >= 2);
         assert_eq!(metrics.history_writes.with_label_values(&[RESULT_OK]).get(), 0);
+    }
+
+    /// A book that keeps nothing and fails nothing.
+    struct Discard;
+
+    #[tonic::async_trait]
+    impl Book for Discard {
+        async fn append(&self, _: &Record) -> Result<String, HistoryError> {
+            Ok("nowhere".into())
+        }
+        async fn close(&self, _: &Record, _: &Record) -> Result<bool, HistoryError> {
+            Ok(true)
+        }
+        async fn list(&self, _: Option<u32>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
+            Ok((Vec::new(), Vec::new()))
+        }
+        async fn prune(&self, _: u32, _: i64, _: usize) -> Result<usize, HistoryError> {
+            Ok(0)
+        }
+        fn describe(&self) -> String {
+            "nowhere".into()
+        }
+    }
+
+    /// Issue 24, finding 4: the start of an instance holding all 1,024 slots hands the
+    /// recorder a claim per slot and a reservation write per 25 slots before it has written
+    /// any of them: none is dropped.
+    #[tokio::test]
+    async fn the_start_of_every_slot_held_fits_the_queue() {
+        let metrics = Metrics::new();
+        let clock = Arc::new(ManualClock::new(1_000_000)) as Arc<dyn Clock>;
+        let config = RecorderConfig { held: 1024, ..config("a") };
+        let (tap, handle) = spawn(Arc::new(Discard), config, clock, metrics.clone());
+        tap.observe(&Event::SessionOpened { session: 0xa, ttl: None });
+        for chunk in (0..1024).collect::<Vec<u32>>().chunks(25) {
+            tap.observe(&Event::ReservationsWritten { slots: chunk.iter().map(|&slot| (slot, 1_003_000)).collect() });
+            for &slot in chunk {
+                tap.observe(&taken(slot, 1, None, 1_003_000));
+            }
+        }
+        drop(tap);
+        handle.finish(Duration::from_secs(5)).await;
+        assert_eq!(metrics.history_writes.with_label_values(&[RESULT_DROPPED]).get(), 0, "events dropped");
+        assert_eq!(metrics.history_writes.with_label_values(&[RESULT_OK]).get(), 1024);
     }
 
     #[tokio::test]

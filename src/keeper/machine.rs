@@ -17,7 +17,9 @@ use std::time::Duration;
 use crate::defects::{self, Defect};
 use crate::grant::{Grant, Holding, Minted, SlotGrant};
 use crate::layout::{Layout, rfc3339_ms};
-use crate::store::{Outcome, Reply, Request, SessionId, SlotRead, Stored, Version, Write};
+use crate::store::{
+    MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version, Write,
+};
 
 /// A reading of the clocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +51,8 @@ pub struct KeeperConfig {
     /// Seeds the choice among free slots and the retry jitter.
     pub seed: u64,
     /// The fleet's clock check (leased slots only): beyond this many ms from the median of
-    /// other holders' clocks, the start stops, or a running instance stops minting until
-    /// its clock agrees again. `None`: no check.
+    /// other instances' clocks (each counted once, whatever slots it holds), the start stops,
+    /// or a running instance stops minting until its clock agrees again. `None`: no check.
     pub max_fleet_skew_ms: Option<i64>,
 }
 
@@ -85,7 +87,7 @@ pub enum Event {
         session: SessionId,
         ttl: Option<Duration>,
     },
-    /// This instance's wall clock minus the median of `peers` other holders' clocks.
+    /// This instance's wall clock minus the median of `peers` other instances' clocks.
     FleetClock {
         skew_ms: i64,
         peers: usize,
@@ -219,8 +221,9 @@ struct Listing {
 #[derive(Debug, Clone)]
 struct Stopping {
     minted: Minted,
-    /// The final shrink was tried (or ruled out).
-    shrink_done: bool,
+    /// The final shrink: `None` until it is planned (or ruled out), then the writes not sent
+    /// yet, at most [`MAX_WRITES`] to a request.
+    shrink: Option<Vec<Write>>,
 }
 
 /// The slot keeper.
@@ -282,6 +285,13 @@ pub struct Keeper {
     started: bool,
 }
 
+/// The median of `values` (not empty): the middle one, or halfway between the two middle ones.
+fn median(values: &mut [i64]) -> i64 {
+    values.sort_unstable();
+    let n = values.len();
+    if n % 2 == 1 { values[n / 2] } else { values[n / 2 - 1] / 2 + values[n / 2] / 2 }
+}
+
 /// The first retry delay after a failed request; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -293,8 +303,8 @@ const CLAIM_JITTER_MS: u64 = 50;
 /// How often the fleet's slots in use are counted (a count-only read: cheap even for a
 /// fleet of a thousand instances, about 30 reads a second in all).
 const COUNT_EVERY: Duration = Duration::from_secs(30);
-/// How often other holders' clocks are sampled, and how many: one bounded read of keys and
-/// one of as many reservations.
+/// How often other instances' clocks are sampled, and how many instances: bounded reads of
+/// keys (more of them where instances hold many slots) and one of as many reservations.
 const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 const SAMPLE_PEERS: u32 = 9;
 /// How many TTLs after a claim of unknown outcome (or a loss) the session keeps checking
@@ -456,7 +466,7 @@ impl Keeper {
     /// known), then end the session.
     pub fn finish(&mut self, minted: Minted) {
         if self.stopping.is_none() {
-            self.stopping = Some(Stopping { minted, shrink_done: false });
+            self.stopping = Some(Stopping { minted, shrink: None });
             self.retry_at = None;
         }
         self.publish_unheld("the server is stopping");
@@ -573,15 +583,10 @@ impl Keeper {
     /// clocks. Each was published with a reservation write, and a holder writes each time its
     /// minting time gains a third of a window, so a write is on average a sixth of a window
     /// old: the correction added to each, with an error of at most that much either way.
-    fn sampled(&mut self, now: Now, clocks: Vec<(u32, i64)>) {
+    fn sampled(&mut self, now: Now, clocks: Vec<PeerClock>) {
         self.next_sample = Some(now.boot + SAMPLE_EVERY);
         let Some(max) = self.config.max_fleet_skew_ms else { return };
-        let own: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
-        let mut peers: Vec<i64> = clocks
-            .into_iter()
-            .filter(|(slot, _)| !own.contains(slot))
-            .map(|(_, wall)| wall.saturating_add(self.config.window_ms / 6))
-            .collect();
+        let mut peers = self.votes(clocks);
         if peers.is_empty() {
             // No one to compare with: a refusal stands on nothing.
             if self.skew_refusal.take().is_some() {
@@ -590,10 +595,8 @@ impl Keeper {
             }
             return;
         }
-        peers.sort_unstable();
         let n = peers.len();
-        let median = if n % 2 == 1 { peers[n / 2] } else { peers[n / 2 - 1] / 2 + peers[n / 2] / 2 };
-        let skew_ms = now.wall_ms.saturating_sub(median);
+        let skew_ms = now.wall_ms.saturating_sub(median(&mut peers));
         self.events.push_back(Event::FleetClock { skew_ms, peers: n });
         if skew_ms.saturating_abs() > max {
             let reason = format!(
@@ -613,6 +616,20 @@ impl Keeper {
             self.events.push_back(Event::FleetClockWithin);
         }
         self.publish();
+    }
+
+    /// One clock per other instance: the median of its slots' clocks sampled, corrected for
+    /// the age of a write. Counted by slot, an instance of many slots would outvote the rest
+    /// of the fleet: one with a bad clock could stop the healthy ones, or, beside the slots of
+    /// its own earlier run (under another session), pass itself.
+    fn votes(&self, clocks: Vec<PeerClock>) -> Vec<i64> {
+        let own: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        let session = self.session.as_ref().map(|s| s.id);
+        let mut by_holder: BTreeMap<SessionId, Vec<i64>> = BTreeMap::new();
+        for clock in clocks.into_iter().filter(|c| !own.contains(&c.slot) && Some(c.holder) != session) {
+            by_holder.entry(clock.holder).or_default().push(clock.wall_ms.saturating_add(self.config.window_ms / 6));
+        }
+        by_holder.into_values().map(|mut walls| median(&mut walls)).collect()
     }
 
     fn wanted(&self) -> usize {
@@ -660,8 +677,14 @@ impl Keeper {
     }
 
     fn next_read_request(&self) -> Option<Request> {
-        let slots: Vec<u32> =
-            self.slots.iter().filter(|s| s.phase == Phase::NeedFloor || s.version.is_none()).map(|s| s.id).collect();
+        // At most one transaction's worth; the rest go in the next requests.
+        let slots: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|s| s.phase == Phase::NeedFloor || s.version.is_none())
+            .map(|s| s.id)
+            .take(MAX_READS)
+            .collect();
         let linearizable = !defects::active(Defect::StaleFloorRead);
         (!slots.is_empty()).then_some(Request::ReadReservations { slots, linearizable })
     }
@@ -701,10 +724,17 @@ impl Keeper {
     }
 
     fn next_write_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
-        let writes: Vec<Write> = self
-            .slots
-            .iter()
-            .filter(|slot| self.needs_write(now, slot))
+        let mut due: Vec<&Slot> = self.slots.iter().filter(|slot| self.needs_write(now, slot)).collect();
+        if due.is_empty() {
+            return None;
+        }
+        // At most one transaction's worth, the slots minting on the shortest reservation
+        // first (a first write adds a slot; an extension keeps one minting). Each request is
+        // all or none on its own slots only: its refusal or unknown outcome touches no other.
+        due.sort_by_key(|slot| (slot.phase != Phase::Granted, slot.confirmed_ms));
+        let writes: Vec<Write> = due
+            .into_iter()
+            .take(MAX_WRITES)
             .map(|slot| Write {
                 slot: slot.id,
                 until_ms: self.target_ms(now, slot),
@@ -712,9 +742,6 @@ impl Keeper {
                 wall_ms: now.wall_ms,
             })
             .collect();
-        if writes.is_empty() {
-            return None;
-        }
         // Invariant 3: the write applies only while this session holds each slot, and only
         // over the exact version it replaces, so a late write never lowers the reservation.
         let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
@@ -750,20 +777,26 @@ impl Keeper {
             self.done = true;
             return None;
         };
-        let stopping = self.stopping.as_mut().expect("stopping");
-        if !stopping.shrink_done {
-            stopping.shrink_done = true;
-            if let Some(request) = self.shrink_request(session, now) {
-                return Some(request);
-            }
+        if self.stopping.as_ref().expect("stopping").shrink.is_none() {
+            let planned = self.plan_shrink().unwrap_or_default();
+            self.stopping.as_mut().expect("stopping").shrink = Some(planned);
+        }
+        let left = self.stopping.as_mut().and_then(|s| s.shrink.as_mut()).expect("planned");
+        if !left.is_empty() {
+            // A request's worth at a time, each all or none on its own slots: a slot's final
+            // reservation covers what that slot minted, whatever became of the others'.
+            let writes: Vec<Write> =
+                left.drain(..left.len().min(MAX_WRITES)).map(|w| Write { wall_ms: now.wall_ms, ..w }).collect();
+            let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
+            return Some(Request::WriteReservations { session, writes, check_claim });
         }
         Some(Request::CloseSession { session })
     }
 
-    /// The final write: each granted slot's reservation shrunk to the last millisecond
+    /// The final writes: each granted slot's reservation shrunk to the last millisecond
     /// minted on it (never below the floor it inherited), so the next start mints at once.
     /// Only when what was minted is known, and every version is known.
-    fn shrink_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
+    fn plan_shrink(&mut self) -> Option<Vec<Write>> {
         let minted = self.stopping.as_ref().expect("stopping").minted.clone();
         let minted = match minted {
             Minted::UpTo(_) => minted,
@@ -783,14 +816,11 @@ impl Keeper {
             let epoch = self.config.layout.epoch_ms;
             let until_ms = last.max(slot.floor_ms).unwrap_or(epoch).max(epoch);
             if slot.confirmed_ms.is_some_and(|c| until_ms < c) {
-                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: now.wall_ms });
+                // The writer's clock is stamped as each request goes out.
+                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: 0 });
             }
         }
-        if writes.is_empty() {
-            return None;
-        }
-        let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
-        Some(Request::WriteReservations { session, writes, check_claim })
+        Some(writes)
     }
 
     // ---- Handling replies ----
@@ -1529,7 +1559,19 @@ mod tests {
     /// Peers' published clocks, each `offsets[i]` ms from `now` and corrected for the
     /// average age of a write (a sixth of the 3 s window).
     fn peer_clocks(now: Now, offsets: &[i64]) -> Reply {
-        Reply::PeerClocks(offsets.iter().enumerate().map(|(i, o)| (10 + i as u32, now.wall_ms + o - 500)).collect())
+        let holders: Vec<SessionId> = (0..offsets.len() as i64).map(|i| 100 + i).collect();
+        clocks_of(now, &holders, offsets)
+    }
+
+    /// Per slot (10 on), its holder and its clock `offsets[i]` ms from `now`, corrected as
+    /// in [`peer_clocks`].
+    fn clocks_of(now: Now, holders: &[SessionId], offsets: &[i64]) -> Reply {
+        let clock = |(i, (&holder, o)): (usize, (&SessionId, &i64))| PeerClock {
+            slot: 10 + i as u32,
+            holder,
+            wall_ms: now.wall_ms + o - 500,
+        };
+        Reply::PeerClocks(holders.iter().zip(offsets).enumerate().map(clock).collect())
     }
 
     /// The fleet's clock check at the start: before any claim, the others' clocks are
@@ -1556,6 +1598,38 @@ mod tests {
         assert!(events.contains(&Event::FleetClock { skew_ms: 100, peers: 3 }), "{events:?}");
         let (_, next) = k.poll_request(at(0)).unwrap();
         assert_eq!(next, Request::ListSlots { session: 77 });
+    }
+
+    /// Issue 24, finding 5: the fleet's clock check counts each instance once, however many
+    /// slots it holds. One instance an hour off holding 20 slots beside three instances of
+    /// one slot each: a healthy instance starts (the one far off is one voice of four), and
+    /// one an hour off (here: beside the 20 slots of its own earlier run, under another
+    /// lease) does not pass itself.
+    #[test]
+    fn the_fleet_clock_check_counts_each_instance_once() {
+        // Holder 50 holds 20 slots; 51, 52 and 53 one each.
+        let mut holders = vec![50; 20];
+        holders.extend([51, 52, 53]);
+        let sample = |now: Now, offsets: Vec<i64>| clocks_of(now, &holders, &offsets);
+        let mut healthy = skew_checked(30_000);
+        exchange(&mut healthy, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(60)) });
+        let mut offsets = vec![-3_600_000; 20];
+        offsets.extend([0, 200, -300]);
+        exchange(&mut healthy, at(0), |_| sample(at(0), offsets.clone()));
+        assert!(healthy.fatal().is_none(), "a healthy instance stopped: {:?}", healthy.fatal());
+        let events: Vec<Event> = std::iter::from_fn(|| healthy.poll_event()).collect();
+        let counted =
+            events.iter().any(|e| matches!(e, Event::FleetClock { skew_ms, peers: 4 } if skew_ms.abs() <= 300));
+        assert!(counted, "not four instances within 300 ms: {events:?}");
+
+        // This clock an hour ahead of the three; its earlier run's 20 slots agree with it.
+        let mut skewed = skew_checked(30_000);
+        exchange(&mut skewed, at(0), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(60)) });
+        let mut offsets = vec![0; 20];
+        offsets.extend([-3_600_000, -3_600_200, -3_599_700]);
+        exchange(&mut skewed, at(0), |_| sample(at(0), offsets.clone()));
+        let error = skewed.fatal().map(ToString::to_string).unwrap_or_default();
+        assert!(error.contains("ahead of the median of 4 other instances"), "passed itself: {error:?}");
     }
 
     /// Answers due renewals and reservation writes at `now` until the clock sample is
@@ -1671,5 +1745,91 @@ mod tests {
         let (_, next) = k.poll_request(at(1_300)).unwrap();
         let Request::WriteReservations { writes, .. } = next else { panic!("{next:?}") };
         assert_eq!(writes[0].expect, Some(Version::At(20)));
+    }
+
+    /// A store that grants everything asked of it, and records the largest read and write.
+    #[derive(Default)]
+    struct Granting {
+        version: i64,
+        largest_read: usize,
+        largest_write: usize,
+        /// Per slot, the reservation it holds.
+        stored: BTreeMap<u32, i64>,
+        closed: bool,
+    }
+
+    impl Granting {
+        fn answer(&mut self, request: &Request) -> Reply {
+            match request {
+                Request::OpenSession { .. } => Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) },
+                Request::ListSlots { .. } => Reply::Slots { taken: vec![], ours: vec![] },
+                Request::CountSlots => Reply::SlotCount { taken: 0 },
+                Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: true },
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::ReadReservations { slots, .. } => {
+                    self.largest_read = self.largest_read.max(slots.len());
+                    let read =
+                        |&slot| SlotRead { slot, location: format!("/p/reservations/{slot}"), stored: Stored::Absent };
+                    Reply::Reservations(slots.iter().map(read).collect())
+                }
+                Request::WriteReservations { writes, .. } => {
+                    self.largest_write = self.largest_write.max(writes.len());
+                    self.version += 1;
+                    for write in writes {
+                        self.stored.insert(write.slot, write.until_ms);
+                    }
+                    Reply::Written(writes.iter().map(|w| (w.slot, Version::At(self.version))).collect())
+                }
+                Request::CloseSession { .. } => {
+                    self.closed = true;
+                    Reply::SessionClosed
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+
+        /// Answers every request due at `now`; how many there were.
+        fn answer_all(&mut self, k: &mut Keeper, now: Now) -> usize {
+            let mut answered = 0;
+            while let Some((id, request)) = k.poll_request(now) {
+                let reply = self.answer(&request);
+                k.handle_reply(now, id, reply);
+                answered += 1;
+                assert!(answered < 5_000, "no end of requests at {now:?}");
+            }
+            answered
+        }
+    }
+
+    /// Issue 24, finding 4: however many slots an instance holds (up to the 1,024 of ten
+    /// worker bits), no request names more slots than one etcd transaction carries (128
+    /// operations: a read takes one per slot, a write five), so the start, each extension and
+    /// the final shrink go out as several requests, and every slot gets its turn in each.
+    #[test]
+    fn no_request_names_more_slots_than_one_transaction_carries() {
+        for count in [1, 2, 25, 26, 64, 65, 128, 129, 1024] {
+            let all: Vec<u32> = (0..count as u32).collect();
+            let mut k = keeper(SlotPolicy::Leased { count, preferred: all.clone() }, 3_000);
+            let mut store = Granting::default();
+            store.answer_all(&mut k, at(0));
+            assert!(k.started(), "{count} slots: not started");
+            assert_eq!(granted(&mut k).slots.len(), count);
+            let first = store.stored.clone();
+            assert_eq!(first.len(), count, "{count} slots: not every first reservation written");
+
+            // A third of the window later, every reservation is extended.
+            store.answer_all(&mut k, at(1_100));
+            assert!(store.stored.iter().all(|(slot, until)| *until > first[slot]), "{count} slots: not all extended");
+            assert_eq!(granted(&mut k).slots.iter().map(|s| s.reserved_ms).min(), Some(WALL + 1_100 + 3_000));
+
+            // The final shrink covers every slot, then the session ends.
+            k.finish(Minted::UpTo(all.iter().map(|&slot| (slot, WALL + 1_200)).collect()));
+            store.answer_all(&mut k, at(1_200));
+            assert!(k.is_done() && store.closed, "{count} slots: the stop did not end");
+            assert!(store.stored.values().all(|&until| until == WALL + 1_200), "{count} slots: not every slot shrunk");
+
+            assert!(store.largest_read <= MAX_READS, "{count} slots: a read of {} slots", store.largest_read);
+            assert!(store.largest_write <= MAX_WRITES, "{count} slots: a write of {} slots", store.largest_write);
+        }
     }
 }

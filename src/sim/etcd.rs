@@ -5,12 +5,14 @@
 //! a compare on a missing key compares against zero. Leases expire in simulated time unless
 //! renewed, deleting the keys attached to them; a keep-alive on an expired or revoked lease
 //! is answered "lease not found" (the store's `SessionGone`). A serializable read may be
-//! served by a member that is behind: it sees the state as of an earlier instant.
+//! served by a member that is behind: it sees the state as of an earlier instant. A
+//! transaction of more than 128 operations is refused whole: a read of more than
+//! [`MAX_READS`] slots or a write of more than [`MAX_WRITES`], as the store builds them.
 
 use std::collections::BTreeMap;
 
 use super::Us;
-use crate::store::{Reply, Request, SessionId, SlotRead, Stored, Version};
+use crate::store::{MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version};
 
 /// Which process sent a request: (node, incarnation).
 pub type Owner = (usize, u32);
@@ -151,6 +153,15 @@ impl EtcdModel {
     /// instant as of which the member that serves it is up to date.
     pub fn apply(&mut self, now: Us, owner: Owner, request: &Request, stale_at: Us) -> Reply {
         self.expire(now);
+        let too_many = match request {
+            Request::ReadReservations { slots, linearizable: true } => slots.len() > MAX_READS,
+            Request::WriteReservations { writes, .. } => writes.len() > MAX_WRITES,
+            _ => false,
+        };
+        if too_many {
+            let error = "etcdserver: too many operations in txn request".into();
+            return Reply::Failed { error, outcome: Outcome::NotApplied };
+        }
         match request {
             Request::OpenSession { ttl } => {
                 self.next_lease += 1;
@@ -163,19 +174,32 @@ impl EtcdModel {
                 Reply::SlotCount { taken: self.kv.keys().filter(|k| matches!(k, Key::Worker(_))).count() as u64 }
             }
             Request::SampleClocks { session, from, limit } => {
-                let held = |slot: &u32| self.kv.get(&Key::Worker(*slot)).is_some_and(|kv| kv.lease != *session);
-                let workers = self.kv.keys().filter_map(|k| match k {
-                    Key::Worker(slot) => Some(*slot),
-                    _ => None,
-                });
-                let (after, before): (Vec<u32>, Vec<u32>) = workers.partition(|slot| slot >= from);
-                let clocks = after
+                // As the store samples: the first slot met of each holder other than
+                // `session`, from `from` on (wrapping), up to `limit` holders.
+                let mut workers: Vec<(u32, i64)> = self
+                    .kv
+                    .iter()
+                    .filter_map(|(k, kv)| match k {
+                        Key::Worker(slot) => Some((*slot, kv.lease)),
+                        _ => None,
+                    })
+                    .collect();
+                // In slot order from `from` on, then from the start.
+                let from_on = workers.partition_point(|(slot, _)| slot < from);
+                workers.rotate_left(from_on);
+                let mut holders: Vec<(i64, u32)> = Vec::new();
+                for (slot, lease) in workers {
+                    if lease != *session && holders.len() < *limit as usize && !holders.iter().any(|&(h, _)| h == lease)
+                    {
+                        holders.push((lease, slot));
+                    }
+                }
+                let clocks = holders
                     .into_iter()
-                    .chain(before)
-                    .filter(held)
-                    .take(*limit as usize)
-                    .filter(|slot| self.reservation(*slot).is_some())
-                    .filter_map(|slot| Some((slot, *self.written_at.get(&slot)?)))
+                    .filter(|(_, slot)| self.reservation(*slot).is_some())
+                    .filter_map(|(holder, slot)| {
+                        Some(PeerClock { slot, holder, wall_ms: *self.written_at.get(&slot)? })
+                    })
                     .collect();
                 Reply::PeerClocks(clocks)
             }
@@ -196,7 +220,7 @@ impl EtcdModel {
                 if !self.leases.contains_key(session) {
                     return Reply::Failed {
                         error: "etcdserver: requested lease not found".into(),
-                        outcome: crate::store::Outcome::NotApplied,
+                        outcome: Outcome::NotApplied,
                     };
                 }
                 match self.kv.get(&Key::Worker(*slot)) {

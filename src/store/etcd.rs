@@ -13,6 +13,11 @@
 //! a failure moves the next call to the next endpoint, and the keeper decides whether and
 //! when to retry. Writes compare the worker key's lease and the reservation's mod_revision,
 //! so they apply only while the claim holds and only over the version they replace.
+//!
+//! Every transaction is built as a [`TxnPlan`] and counted before it is sent: etcd refuses
+//! one of more than 128 operations ("too many operations in txn request"), and the keeper
+//! names few enough slots per request ([`super::MAX_READS`], [`super::MAX_WRITES`]) that
+//! none comes near it, whatever `--slots` is.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,7 +26,10 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOpt
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::{Outcome, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version, Write};
+use super::{
+    MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version,
+    Write,
+};
 use crate::layout::{Layout, rfc3339_ms};
 
 /// TLS files for the etcd connection.
@@ -211,7 +219,7 @@ impl EtcdStore {
     }
 
     fn key(&self, kind: &str, id: u32) -> String {
-        format!("{}/{kind}/{id}", self.prefix)
+        key(&self.prefix, kind, id)
     }
 
     /// Records the layout on the first start, or checks it against the recorded one.
@@ -276,10 +284,7 @@ impl EtcdStore {
         let mut taken = Vec::new();
         let mut ours = Vec::new();
         for kv in listed.kvs() {
-            let Some(id) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(&prefix)?.parse().ok())
-            else {
-                continue;
-            };
+            let Some(id) = slot_of(&prefix, kv.key()) else { continue };
             taken.push(id);
             if kv.lease() == session {
                 ours.push(id);
@@ -288,55 +293,78 @@ impl EtcdStore {
         Ok(Reply::Slots { taken, ours })
     }
 
-    /// Up to `limit` slots held by other sessions, from slot `from` on in key order (then
-    /// from the start): two bounded reads of keys, then one of their reservations.
+    /// Up to `limit` other holders' clocks, one slot each: the holders found from slot
+    /// `from` on in key order (then from the start), then one read of those slots'
+    /// reservations.
     async fn sample_clocks(&mut self, session: SessionId, from: u32, limit: u32) -> Result<Reply, String> {
-        let prefix = format!("{}/workers/", self.prefix);
-        // The end of the prefix's range: '/' + 1.
-        let end = format!("{}/workers0", self.prefix);
-        let mut peers: Vec<u32> = Vec::new();
-        for start in [self.key("workers", from), prefix.clone()] {
-            let options = GetOptions::new().with_range(end.clone()).with_keys_only().with_limit(i64::from(limit) + 1);
-            let got =
-                self.etcd.attempt("sample clocks", |mut c| async move { c.get(start, Some(options)).await }).await?;
-            for kv in got.kvs() {
-                let Some(id) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(&prefix)?.parse().ok())
-                else {
-                    continue;
-                };
-                if kv.lease() != session && !peers.contains(&id) && peers.len() < limit as usize {
-                    peers.push(id);
-                }
-            }
-            if peers.len() >= limit as usize {
-                break;
-            }
-        }
-        if peers.is_empty() {
+        let holders = self.sample_holders(session, from, (limit as usize).min(MAX_READS)).await?;
+        if holders.is_empty() {
             return Ok(Reply::PeerClocks(Vec::new()));
         }
-        let txn = Txn::new()
-            .and_then(peers.iter().map(|&slot| TxnOp::get(self.key("reservations", slot), None)).collect::<Vec<_>>());
+        let slots: Vec<u32> = holders.iter().map(|&(_, slot)| slot).collect();
+        let txn = match read_plan(&self.prefix, &slots).txn("sample clocks") {
+            Ok(txn) => txn,
+            Err(refused) => return Ok(refused),
+        };
         let response = self.etcd.attempt("sample clocks", |mut c| async move { c.txn(txn).await }).await?;
         let responses = response.op_responses();
-        let clocks = peers
+        let clocks = holders
             .iter()
             .enumerate()
-            .filter_map(|(i, &slot)| {
+            .filter_map(|(i, &(holder, slot))| {
                 let kv = kv_of(&responses, i)?;
-                let written_at = serde_json::from_slice::<Reservation>(kv.value()).ok()?.written_at_ms?;
-                Some((slot, written_at))
+                let wall_ms = serde_json::from_slice::<Reservation>(kv.value()).ok()?.written_at_ms?;
+                Some(PeerClock { slot, holder, wall_ms })
             })
             .collect();
         Ok(Reply::PeerClocks(clocks))
     }
 
+    /// Up to `limit` holders (leases) other than `session`, each with the first of its slots
+    /// met, from slot `from` on in key order and then from the start. Keys-only reads, the
+    /// first of `limit + 1` keys and each next one twice as many (up to [`SAMPLE_PAGE_MAX`]),
+    /// until as many holders are found or every key was seen: an instance of many slots is
+    /// one holder, passed over at the cost of reading its keys.
+    async fn sample_holders(
+        &mut self,
+        session: SessionId,
+        from: u32,
+        limit: usize,
+    ) -> Result<Vec<(SessionId, u32)>, String> {
+        let prefix = format!("{}/workers/", self.prefix);
+        let first = self.key("workers", from);
+        // The end of the prefix's range: '/' + 1.
+        let end = format!("{}/workers0", self.prefix);
+        let mut holders: Vec<(SessionId, u32)> = Vec::new();
+        let mut page = limit as i64 + 1;
+        for (start, until) in [(first.clone(), end), (prefix.clone(), first)] {
+            let mut at = start.into_bytes();
+            while holders.len() < limit {
+                let options = GetOptions::new().with_range(until.clone()).with_keys_only().with_limit(page);
+                let key = at.clone();
+                let got =
+                    self.etcd.attempt("sample clocks", |mut c| async move { c.get(key, Some(options)).await }).await?;
+                for kv in got.kvs() {
+                    let Some(slot) = slot_of(&prefix, kv.key()) else { continue };
+                    let holder = kv.lease();
+                    if holder != session && holders.len() < limit && !holders.iter().any(|&(h, _)| h == holder) {
+                        holders.push((holder, slot));
+                    }
+                }
+                let Some(last) = got.kvs().last().filter(|_| got.more()) else { break };
+                // The next page starts just after the last key read.
+                at = [last.key(), &[0]].concat();
+                page = (page * 2).min(SAMPLE_PAGE_MAX);
+            }
+        }
+        Ok(holders)
+    }
+
     async fn claim(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
-        let key = self.key("workers", slot);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), self.owner.clone(), Some(PutOptions::new().with_lease(session)))])
-            .or_else([TxnOp::get(key, None)]);
+        let txn = match claim_plan(&self.prefix, &self.owner, session, slot).txn("claim slot") {
+            Ok(txn) => txn,
+            Err(refused) => return Ok(refused),
+        };
         let response = self.etcd.attempt("claim slot", |mut c| async move { c.txn(txn).await }).await?;
         // A slot already carrying this session's lease is this instance's own: a claim whose
         // reply was lost committed. Reporting it lost would leak it until the lease ends.
@@ -345,11 +373,11 @@ impl EtcdStore {
     }
 
     async fn read(&mut self, slots: &[u32], linearizable: bool) -> Result<Reply, String> {
-        let keys: Vec<String> = slots.iter().map(|&slot| self.key("reservations", slot)).collect();
         if !linearizable {
             // Served from whichever member answers, possibly behind the leader.
             let mut reads = Vec::new();
-            for (&slot, key) in slots.iter().zip(keys) {
+            for &slot in slots {
+                let key = self.key("reservations", slot);
                 let options = GetOptions::new().with_serializable();
                 let got = self
                     .etcd
@@ -360,7 +388,10 @@ impl EtcdStore {
             return Ok(Reply::Reservations(reads));
         }
         // One transaction of reads: linearizable, and one consistent revision for all.
-        let txn = Txn::new().and_then(keys.into_iter().map(|k| TxnOp::get(k, None)).collect::<Vec<_>>());
+        let txn = match read_plan(&self.prefix, slots).txn("read reservations") {
+            Ok(txn) => txn,
+            Err(refused) => return Ok(refused),
+        };
         let response = self.etcd.attempt("read reservations", |mut c| async move { c.txn(txn).await }).await?;
         let responses = response.op_responses();
         let reads =
@@ -369,35 +400,10 @@ impl EtcdStore {
     }
 
     async fn write(&mut self, session: SessionId, writes: &[Write], check_claim: bool) -> Result<Reply, String> {
-        let mut compares = Vec::new();
-        let mut puts = Vec::new();
-        let mut gets = Vec::new();
-        for write in writes {
-            let worker = self.key("workers", write.slot);
-            let reservation = self.key("reservations", write.slot);
-            // Invariant 3: only while this session's lease holds the slot, and only over the
-            // version read or written last (0 for a key that does not exist).
-            if check_claim {
-                compares.push(Compare::lease(worker.clone(), CompareOp::Equal, session));
-            }
-            match write.expect {
-                Some(Version::Absent) => compares.push(Compare::mod_revision(reservation.clone(), CompareOp::Equal, 0)),
-                Some(Version::At(revision)) => {
-                    compares.push(Compare::mod_revision(reservation.clone(), CompareOp::Equal, revision))
-                }
-                None => {}
-            }
-            let value = serde_json::to_string(&Reservation {
-                reserved_until_ms: write.until_ms,
-                reserved_until: rfc3339_ms(write.until_ms),
-                written_at_ms: Some(write.wall_ms),
-            })
-            .expect("reservation serializes");
-            puts.push(TxnOp::put(reservation.clone(), value, None));
-            gets.push(TxnOp::get(worker, None));
-            gets.push(TxnOp::get(reservation, None));
-        }
-        let txn = Txn::new().when(compares).and_then(puts).or_else(gets);
+        let txn = match write_plan(&self.prefix, session, writes, check_claim).txn("write reservations") {
+            Ok(txn) => txn,
+            Err(refused) => return Ok(refused),
+        };
         let response = self.etcd.attempt("write reservations", |mut c| async move { c.txn(txn).await }).await?;
         if response.succeeded() {
             let revision = response.header().map_or(0, |h| h.revision());
@@ -432,10 +438,10 @@ impl EtcdStore {
     }
 
     async fn release(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
-        let key = self.key("workers", slot);
-        let txn = Txn::new()
-            .when([Compare::lease(key.clone(), CompareOp::Equal, session)])
-            .and_then([TxnOp::delete(key, None)]);
+        let txn = match release_plan(&self.prefix, session, slot).txn("release slot") {
+            Ok(txn) => txn,
+            Err(refused) => return Ok(refused),
+        };
         self.etcd.attempt("release slot", |mut c| async move { c.txn(txn).await }).await?;
         Ok(Reply::Released)
     }
@@ -446,6 +452,129 @@ fn kv_of(responses: &[TxnOpResponse], i: usize) -> Option<etcd_client::KeyValue>
     match responses.get(i)? {
         TxnOpResponse::Get(get) => get.kvs().first().cloned(),
         _ => None,
+    }
+}
+
+/// etcd's default limit on the operations of one transaction (`--max-txn-ops`, 128). etcd
+/// 3.4 checks the compares, the success branch and the failure branch each against it; the
+/// plans keep their sum within it, which holds however a version counts.
+const MAX_TXN_OPS: usize = 128;
+
+/// The operations of one reservation write: compares of the worker key's lease and of the
+/// reservation's mod_revision, the put, and the two gets that say why should it be refused.
+const OPS_PER_WRITE: usize = 5;
+
+// The keeper's request sizes fit one transaction each.
+const _: () = assert!(MAX_READS <= MAX_TXN_OPS && MAX_WRITES * OPS_PER_WRITE <= MAX_TXN_OPS);
+
+/// A transaction as built, before etcd-client's `Txn` (which does not show its size): so
+/// that its size is checked before it is sent, and can be tested without an etcd.
+#[derive(Default)]
+struct TxnPlan {
+    compares: Vec<Compare>,
+    then: Vec<TxnOp>,
+    otherwise: Vec<TxnOp>,
+}
+
+impl TxnPlan {
+    fn ops(&self) -> usize {
+        self.compares.len() + self.then.len() + self.otherwise.len()
+    }
+
+    /// The transaction to send, or why it is not sent: past etcd's limit it would be refused
+    /// as a whole, so it never leaves (certainly not applied).
+    fn txn(self, what: &str) -> Result<Txn, Reply> {
+        let ops = self.ops();
+        if ops > MAX_TXN_OPS {
+            let error = format!("{what}: a transaction of {ops} operations, more than etcd's {MAX_TXN_OPS}; not sent");
+            return Err(Reply::Failed { error, outcome: Outcome::NotApplied });
+        }
+        let mut txn = Txn::new();
+        if !self.compares.is_empty() {
+            txn = txn.when(self.compares);
+        }
+        if !self.then.is_empty() {
+            txn = txn.and_then(self.then);
+        }
+        if !self.otherwise.is_empty() {
+            txn = txn.or_else(self.otherwise);
+        }
+        Ok(txn)
+    }
+}
+
+/// `<prefix>/<kind>/<id>`.
+fn key(prefix: &str, kind: &str, id: u32) -> String {
+    format!("{prefix}/{kind}/{id}")
+}
+
+/// The slot a worker key names, given the workers' prefix (`<prefix>/workers/`).
+fn slot_of(workers: &str, key: &[u8]) -> Option<u32> {
+    std::str::from_utf8(key).ok()?.strip_prefix(workers)?.parse().ok()
+}
+
+/// The most keys one page of the clock sample's key reads asks for (keys only: about 20 KB).
+const SAMPLE_PAGE_MAX: i64 = 512;
+
+/// One get of each slot's reservation, in the order of `slots`.
+fn read_plan(prefix: &str, slots: &[u32]) -> TxnPlan {
+    let then = slots.iter().map(|&slot| TxnOp::get(key(prefix, "reservations", slot), None)).collect();
+    TxnPlan { then, ..TxnPlan::default() }
+}
+
+/// The conditional write of `writes`, all or none; refused, it gets each slot's worker key
+/// and reservation (at `2 i` and `2 i + 1`), to say which slots are no longer the session's
+/// and what is stored now.
+fn write_plan(prefix: &str, session: SessionId, writes: &[Write], check_claim: bool) -> TxnPlan {
+    let mut plan = TxnPlan::default();
+    for write in writes {
+        let worker = key(prefix, "workers", write.slot);
+        let reservation = key(prefix, "reservations", write.slot);
+        // Invariant 3: only while this session's lease holds the slot, and only over the
+        // version read or written last (0 for a key that does not exist).
+        if check_claim {
+            plan.compares.push(Compare::lease(worker.clone(), CompareOp::Equal, session));
+        }
+        match write.expect {
+            Some(Version::Absent) => {
+                plan.compares.push(Compare::mod_revision(reservation.clone(), CompareOp::Equal, 0))
+            }
+            Some(Version::At(revision)) => {
+                plan.compares.push(Compare::mod_revision(reservation.clone(), CompareOp::Equal, revision))
+            }
+            None => {}
+        }
+        let value = serde_json::to_string(&Reservation {
+            reserved_until_ms: write.until_ms,
+            reserved_until: rfc3339_ms(write.until_ms),
+            written_at_ms: Some(write.wall_ms),
+        })
+        .expect("reservation serializes");
+        plan.then.push(TxnOp::put(reservation.clone(), value, None));
+        plan.otherwise.push(TxnOp::get(worker, None));
+        plan.otherwise.push(TxnOp::get(reservation, None));
+    }
+    plan
+}
+
+/// Takes `slot` for `session` if its worker key does not exist; else gets it, to tell a claim
+/// of this session that already committed from another holder's.
+fn claim_plan(prefix: &str, owner: &str, session: SessionId, slot: u32) -> TxnPlan {
+    let worker = key(prefix, "workers", slot);
+    TxnPlan {
+        compares: vec![Compare::create_revision(worker.clone(), CompareOp::Equal, 0)],
+        then: vec![TxnOp::put(worker.clone(), owner, Some(PutOptions::new().with_lease(session)))],
+        otherwise: vec![TxnOp::get(worker, None)],
+    }
+}
+
+/// Deletes `slot`'s worker key if `session` still holds it.
+fn release_plan(prefix: &str, session: SessionId, slot: u32) -> TxnPlan {
+    let worker = key(prefix, "workers", slot);
+    TxnPlan {
+        compares: vec![Compare::lease(worker.clone(), CompareOp::Equal, session)],
+        then: vec![TxnOp::delete(worker, None)],
+        ..TxnPlan::default()
     }
 }
 
@@ -503,5 +632,50 @@ mod tests {
         assert_eq!(ordinal_of("snowmint-"), None);
         assert_eq!(ordinal_of("snowmint-3a"), None);
         assert_eq!(ordinal_of("host-+4"), None);
+    }
+
+    fn writes(slots: &[u32]) -> Vec<Write> {
+        let write = |&slot| Write { slot, until_ms: 1_800_000_003_000, expect: Some(Version::At(9)), wall_ms: 0 };
+        slots.iter().map(write).collect()
+    }
+
+    /// Issue 24, finding 4: an instance holding any number of slots up to the 1,024 of ten
+    /// worker bits, its requests cut as the keeper cuts them, never builds a transaction of
+    /// more than etcd's default 128 operations; and one that would be larger is never sent.
+    #[test]
+    fn no_transaction_exceeds_etcds_limit_whatever_the_slots() {
+        let most = |plans: Vec<TxnPlan>| plans.iter().map(TxnPlan::ops).max().unwrap_or(0);
+        // A plan's size depends on how many slots it names, not which: the first and the last
+        // of each cut stand for the rest.
+        let ends = |chunks: std::slice::Chunks<'_, u32>| -> Vec<Vec<u32>> {
+            let chunks: Vec<&[u32]> = chunks.collect();
+            vec![chunks[0].to_vec(), chunks[chunks.len() - 1].to_vec()]
+        };
+        for n in 1..=1024u32 {
+            let slots: Vec<u32> = (0..n).collect();
+            let reads = most(ends(slots.chunks(MAX_READS)).iter().map(|chunk| read_plan("/p", chunk)).collect());
+            assert!(reads <= MAX_TXN_OPS, "{n} slots: a read of {reads} operations");
+            for check_claim in [true, false] {
+                let chunks = ends(slots.chunks(MAX_WRITES));
+                let writes =
+                    most(chunks.iter().map(|chunk| write_plan("/p", 7, &writes(chunk), check_claim)).collect());
+                assert!(writes <= MAX_TXN_OPS, "{n} slots: a write of {writes} operations");
+            }
+            let one = most(vec![claim_plan("/p", "{}", 7, n - 1), release_plan("/p", 7, n - 1)]);
+            assert!(one <= MAX_TXN_OPS);
+        }
+        let full = write_plan("/p", 7, &writes(&(0..MAX_WRITES as u32).collect::<Vec<_>>()), true);
+        assert_eq!(full.ops(), MAX_WRITES * OPS_PER_WRITE);
+        assert!(full.txn("write").is_ok());
+
+        let too_many: Vec<u32> = (0..=MAX_TXN_OPS as u32 / OPS_PER_WRITE as u32).collect();
+        match write_plan("/p", 7, &writes(&too_many), true).txn("write reservations") {
+            Err(Reply::Failed { error, outcome: Outcome::NotApplied }) => {
+                assert!(error.contains("130 operations") && error.contains("not sent"), "{error}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a transaction of {} writes would be sent", too_many.len()),
+        }
+        assert!(read_plan("/p", &(0..=MAX_TXN_OPS as u32).collect::<Vec<_>>()).txn("read").is_err());
     }
 }

@@ -14,6 +14,17 @@ pub mod file;
 
 use std::time::Duration;
 
+/// The most slots one [`Request::ReadReservations`] names. Every store reads that many in one
+/// step: etcd in one transaction of as many gets, within its 128 operations.
+pub const MAX_READS: usize = 128;
+
+/// The most writes one [`Request::WriteReservations`] carries. Every store applies that many
+/// all or none: etcd in one transaction of five operations per write (two compares, a put,
+/// and two gets should it be refused), 125 of its 128. A keeper with more slots writes them
+/// in several requests, each of them all or none, and each slot's write independent of the
+/// others' (its own compares).
+pub const MAX_WRITES: usize = 25;
+
 /// The store's handle on a claim: an etcd lease ID, or the file store's lock.
 pub type SessionId = i64;
 
@@ -59,6 +70,17 @@ pub struct SlotRead {
     pub stored: Stored,
 }
 
+/// Another holder's clock, as it published it with its latest reservation write of a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerClock {
+    pub slot: u32,
+    /// The session that holds the slot (etcd: its lease): one instance holds all its slots
+    /// under one session, so this says which instance the clock is.
+    pub holder: SessionId,
+    /// The writer's wall clock when it wrote, Unix ms.
+    pub wall_ms: i64,
+}
+
 /// One conditional reservation write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -83,16 +105,18 @@ pub enum Request {
     /// alert watches before the slots run out.
     CountSlots,
     /// The wall clocks other holders published with their latest reservation writes: up to
-    /// `limit` slots held by sessions other than `session`, from slot `from` on (wrapping),
-    /// for the fleet's clock check.
+    /// `limit` holders (sessions other than `session`), one slot each, found from slot `from`
+    /// on (wrapping), for the fleet's clock check. A holder of many slots is one holder.
     SampleClocks { session: SessionId, from: u32, limit: u32 },
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
     Claim { session: SessionId, slot: u32 },
-    /// Reads the reservations of `slots`. Always linearizable in production: a read served
-    /// from a member's stale copy could miss the previous holder's last reservation.
+    /// Reads the reservations of `slots` (at most [`MAX_READS`]). Always linearizable in
+    /// production: a read served from a member's stale copy could miss the previous holder's
+    /// last reservation.
     ReadReservations { slots: Vec<u32>, linearizable: bool },
-    /// Writes reservations, all or none: each only while `session` holds its slot (unless the
-    /// planted defect drops that check) and while its stored version is `expect`.
+    /// Writes reservations (at most [`MAX_WRITES`]), all or none: each only while `session`
+    /// holds its slot (unless the planted defect drops that check) and while its stored
+    /// version is `expect`.
     WriteReservations { session: SessionId, writes: Vec<Write>, check_claim: bool },
     /// Keeps the session alive.
     Renew { session: SessionId },
@@ -145,9 +169,10 @@ pub enum Reply {
     SlotCount {
         taken: u64,
     },
-    /// Per slot held by another session, the writer's wall clock (Unix ms) at its latest
-    /// reservation write. Slots whose reservation carries none are left out.
-    PeerClocks(Vec<(u32, i64)>),
+    /// Per slot sampled from another session, its holder and the writer's wall clock at its
+    /// latest reservation write. Slots whose reservation carries none are left out. Several
+    /// may come from one holder; the keeper counts each holder once.
+    PeerClocks(Vec<PeerClock>),
     /// `won`: the slot now belongs to the session (newly, or already).
     Claimed {
         slot: u32,
