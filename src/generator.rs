@@ -73,6 +73,11 @@ pub struct Generator {
     last: Option<Parts>,
     /// In ascending worker order.
     slots: Vec<Slot>,
+    /// The last tick minted on each slot no longer held, in ascending worker order: what
+    /// this process minted on a slot stays known while the slot is away, so a claim that
+    /// takes it back (and resumes) reports it at the stop and its reservation is never
+    /// shrunk below it.
+    away: Vec<(u64, u64)>,
     /// Strict policy (`max_ahead` 0): steps back of at most this many ticks are waited out;
     /// larger ones are refused.
     max_back: u64,
@@ -101,7 +106,7 @@ impl Generator {
                 why: format!("its fields take {} bits; minted IDs keep the sign bit 0", layout.total_bits()),
             });
         }
-        Ok(Generator { layout, last: None, slots: Vec::new(), max_back, max_ahead })
+        Ok(Generator { layout, last: None, slots: Vec::new(), away: Vec::new(), max_back, max_ahead })
     }
 
     pub fn layout(&self) -> &Layout {
@@ -111,15 +116,27 @@ impl Generator {
     /// Replaces the slots and their windows (a claim taken, lost, or re-claimed). The cursor
     /// stays: nothing below the last ID is ever minted again.
     pub fn set_windows(&mut self, windows: &[Window]) {
+        for slot in &self.slots {
+            if let Some(last) = slot.last_tick
+                && !windows.iter().any(|w| w.worker == slot.window.worker)
+            {
+                self.away.retain(|&(worker, _)| worker != slot.window.worker);
+                self.away.push((slot.window.worker, last));
+            }
+        }
         let mut slots: Vec<Slot> = windows
             .iter()
             .map(|w| {
                 assert!(w.worker <= self.layout.max_worker(), "worker {} does not fit the layout", w.worker);
-                let last_tick = self.slots.iter().find(|s| s.window.worker == w.worker).and_then(|s| s.last_tick);
+                let held = self.slots.iter().find(|s| s.window.worker == w.worker).and_then(|s| s.last_tick);
+                let away = self.away.iter().find(|(worker, _)| *worker == w.worker).map(|&(_, last)| last);
+                let last_tick = held.or(away);
                 Slot { window: Window { reserved: w.reserved.min(self.layout.max_tick()), ..*w }, last_tick }
             })
             .collect();
         slots.sort_by_key(|s| s.window.worker);
+        self.away.retain(|(worker, _)| !slots.iter().any(|s| s.window.worker == *worker));
+        self.away.sort_unstable();
         self.slots = slots;
     }
 
@@ -142,9 +159,9 @@ impl Generator {
         self.slots.iter().find(|s| s.window.worker == worker).and_then(|s| s.last_tick)
     }
 
-    /// Per slot held, the last tick minted on it.
+    /// Per slot minted on by this generator, held now or not, the last tick minted on it.
     pub fn last_ticks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slots.iter().filter_map(|s| Some((s.window.worker, s.last_tick?)))
+        self.slots.iter().filter_map(|s| Some((s.window.worker, s.last_tick?))).chain(self.away.iter().copied())
     }
 
     /// The lowest reservation among the slots held (what the next fence would be).

@@ -779,6 +779,30 @@ mod tests {
         }
     }
 
+    /// What the minter reports at a stop covers every slot it ever minted on in this
+    /// process, also one it lost and holds again under a resumed claim without having
+    /// minted under it yet: the final shrink of that slot's reservation (never below what is
+    /// reported) must not drop below IDs minted under the claim it continues, since a
+    /// resumed claim's floor is that claim's floor (found by the sweep, seed 809).
+    #[test]
+    fn what_was_minted_on_a_slot_is_kept_while_the_slot_is_away() {
+        let log = Log::default();
+        let mut core = core();
+        core.push(ask(Ask::One, Duration::from_secs(1), &log));
+        core.pass(reading(EPOCH + 1_000, 0), &holding(1, 7, None, EPOCH + 5_000, 5_000));
+        assert_eq!(ids(&log).len(), 1);
+        // Slot 7 is lost (another slot held meanwhile), then resumed.
+        core.pass(reading(EPOCH + 1_100, 100), &holding(2, 8, None, EPOCH + 5_000, 5_000));
+        let resumed = Holding::Held(Grant {
+            slots: vec![SlotGrant { worker_id: 7, claim: 3, floor_ms: None, reserved_ms: EPOCH + 5_000, resumes: true }],
+            epoch: 3,
+            deadline: Some(Duration::from_millis(5_000)),
+        });
+        core.pass(reading(EPOCH + 1_200, 200), &resumed);
+        let last = core.minted().last_ms(7);
+        assert_eq!(last, Some(Some(EPOCH + 1_000)), "slot 7's last minted time is forgotten");
+    }
+
     #[test]
     fn a_batch_half_filled_under_one_claim_is_not_continued_under_the_next() {
         let log = Log::default();
