@@ -2,7 +2,9 @@
 //!
 //! `worker-<id>.json` in the state dir records the layout, the time up to which the worker
 //! may have minted, and a revision counter (the [`Version`] conditional writes name). It is
-//! written atomically (temp file, fsync, rename, fsync of the dir). A lock file keeps two
+//! written atomically (temp file, fsync, rename, fsync of the dir), and a worker's writes land
+//! in the order they were issued: a write whose call timed out goes on in its thread, and is
+//! dropped once a later one has begun ([`StateFile::write`]). A lock file keeps two
 //! processes from using one worker's state at once; the lock is held until the session
 //! closes. A missing file means a first start, unless the lock file shows the worker ran
 //! here before; an unreadable or corrupt one stops the start, because resetting it could
@@ -12,7 +14,8 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +42,11 @@ pub struct SavedState {
     pub revision: i64,
 }
 
+/// A write's place in line: taken when the write is issued, before it goes to a thread of
+/// its own, so that tickets follow the order of the calls, not of the threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(u64);
+
 /// A worker's state file, locked for this process.
 #[derive(Debug)]
 pub struct StateFile {
@@ -47,6 +55,14 @@ pub struct StateFile {
     worker_id: u32,
     /// Held while the file is in use: the OS drops the lock when the process dies.
     _lock: File,
+    /// Hands out each write's place in line ([`Ticket`]), in the order writes are issued.
+    tickets: AtomicU64,
+    /// The ticket of the latest write that began. A std mutex, held only while a write
+    /// creates its temp file or renames it into place, never across an await.
+    latest: Mutex<u64>,
+    /// Tests stall a write at a chosen step with it.
+    #[cfg(test)]
+    hook: tests::Hook,
 }
 
 impl StateFile {
@@ -81,7 +97,16 @@ impl StateFile {
             Err(fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
         let path = dir.join(format!("worker-{worker_id}.json"));
-        let file = StateFile { dir: dir.to_path_buf(), path, worker_id, _lock: lock };
+        let file = StateFile {
+            dir: dir.to_path_buf(),
+            path,
+            worker_id,
+            _lock: lock,
+            tickets: AtomicU64::new(0),
+            latest: Mutex::new(0),
+            #[cfg(test)]
+            hook: tests::Hook::default(),
+        };
         let saved = file.read()?;
         match (&saved, used_before) {
             (None, true) if !accept_missing => {
@@ -123,17 +148,82 @@ impl StateFile {
         Ok(Some(saved))
     }
 
+    /// The place in line of the next write; take it when the write is issued.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.tickets.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// Writes `state` durably: temp file, fsync, rename over the old file, fsync the dir.
-    pub fn write(&self, state: &SavedState) -> std::io::Result<()> {
+    /// Fails, touching nothing, when a write with a later ticket began first.
+    pub fn write(&self, ticket: Ticket, state: &SavedState) -> std::io::Result<()> {
+        let result = self.write_steps(ticket, state);
+        #[cfg(test)]
+        self.hook.at(tests::Step::Returned { ok: result.is_ok() }, state);
+        result
+    }
+
+    fn write_steps(&self, ticket: Ticket, state: &SavedState) -> std::io::Result<()> {
+        #[cfg(test)]
+        self.hook.at(tests::Step::Begun, state);
         let tmp = self.dir.join(format!("worker-{}.json.tmp", self.worker_id));
-        let mut file = File::create(&tmp)?;
+        let mut file = {
+            let _turn = self.turn(ticket, Turn::Begin)?;
+            // A new inode for every write: an earlier write still under way (its call timed
+            // out, its thread goes on) writes on into its own file, unlinked here, never into
+            // this one, which becomes the live state file.
+            match fs::remove_file(&tmp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => File::create_new(&tmp)?,
+            }
+        };
+        #[cfg(test)]
+        self.hook.at(tests::Step::TempCreated, state);
         file.write_all(&serde_json::to_vec_pretty(state).expect("state serializes"))?;
         file.sync_all()?;
         drop(file);
-        fs::rename(&tmp, &self.path)?;
+        #[cfg(test)]
+        self.hook.at(tests::Step::TempSynced, state);
+        {
+            let _turn = self.turn(ticket, Turn::Rename)?;
+            fs::rename(&tmp, &self.path)?;
+        }
         // Invariant 6: the new state is durable only once the directory entry is too.
         File::open(&self.dir)?.sync_all()
     }
+
+    /// Takes `ticket`'s turn to begin, or to rename, under the lock.
+    ///
+    /// The rule (issue 24, finding 2): the state file only ever receives the latest write to
+    /// have begun. The store issues one write at a time, but a write whose call timed out
+    /// goes on in its thread; were it renamed in after the write that followed it, the file
+    /// would record its older, lower reservation, and a restart with the clock behind would
+    /// mint the same IDs again. So a write that finds a later one begun is dropped, and it
+    /// fails: its caller, if still waiting, learns that it did not land.
+    fn turn(&self, ticket: Ticket, turn: Turn) -> std::io::Result<std::sync::MutexGuard<'_, u64>> {
+        // The lock guards a number only: a panic elsewhere cannot leave it half changed.
+        let mut latest = self.latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let superseded = match turn {
+            Turn::Begin => *latest > ticket.0,
+            Turn::Rename => *latest != ticket.0,
+        };
+        if superseded {
+            return Err(std::io::Error::other(format!(
+                "dropped: a later write of worker {} began while this one was under way",
+                self.worker_id
+            )));
+        }
+        *latest = ticket.0;
+        Ok(latest)
+    }
+}
+
+/// Which turn of a write [`StateFile::turn`] takes.
+#[derive(Debug, Clone, Copy)]
+enum Turn {
+    /// Creating its temp file.
+    Begin,
+    /// Renaming it into place.
+    Rename,
 }
 
 /// Settings of standalone mode.
@@ -253,7 +343,10 @@ impl FileStore {
                 revision,
             };
             let path = file.path().display().to_string();
-            let written = tokio::task::spawn_blocking(move || file.write(&state)).await;
+            // The ticket now, in the order of the calls: should this call time out, its
+            // write cannot land after the next one.
+            let ticket = file.ticket();
+            let written = tokio::task::spawn_blocking(move || file.write(ticket, &state)).await;
             match written {
                 Ok(Ok(())) => {
                     self.known.insert(write.slot, Version::At(revision));
@@ -304,6 +397,39 @@ impl Store for FileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Where a write is.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Step {
+        /// Called, before it touches anything.
+        Begun,
+        /// Its temp file exists, empty.
+        TempCreated,
+        /// Its temp file is written and fsynced, not yet renamed into place.
+        TempSynced,
+        /// It returns, successfully or not.
+        Returned { ok: bool },
+    }
+
+    /// What a test runs at each step of a write (on the write's own thread).
+    #[derive(Default)]
+    pub(super) struct Hook(Option<Arc<dyn Fn(Step, &SavedState) + Send + Sync>>);
+
+    impl std::fmt::Debug for Hook {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(if self.0.is_some() { "Hook(set)" } else { "Hook(none)" })
+        }
+    }
+
+    impl Hook {
+        pub(super) fn at(&self, step: Step, state: &SavedState) {
+            if let Some(hook) = &self.0 {
+                hook(step, state);
+            }
+        }
+    }
 
     fn state(worker_id: u32, reserved_until_ms: i64, revision: i64) -> SavedState {
         SavedState {
@@ -323,7 +449,7 @@ mod tests {
         let (file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved, None);
         let state = state(3, 1_800_000_000_000, 4);
-        file.write(&state).unwrap();
+        file.write(file.ticket(), &state).unwrap();
         drop(file);
         let (_file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved, Some(state));
@@ -353,7 +479,7 @@ mod tests {
     fn a_state_file_missing_from_a_used_dir_stops_the_start_unless_accepted() {
         let dir = tempfile::tempdir().unwrap();
         let (file, _) = StateFile::open(dir.path(), 3, false).unwrap();
-        file.write(&state(3, 1_800_000_000_000, 1)).unwrap();
+        file.write(file.ticket(), &state(3, 1_800_000_000_000, 1)).unwrap();
         drop(file);
         fs::remove_file(dir.path().join("worker-3.json")).unwrap();
         let err = StateFile::open(dir.path(), 3, false).unwrap_err();
@@ -411,5 +537,86 @@ mod tests {
         let Reply::WriteRefused { not_ours, current } = reply else { panic!("{reply:?}") };
         assert!(not_ours.is_empty());
         assert_eq!(current[0].stored, Stored::Reserved { until_ms: 1_800_000_009_000, version: Version::At(2) });
+    }
+
+    /// What a stalled write did, as its hook saw it.
+    struct Stall {
+        reached: mpsc::Receiver<()>,
+        release: mpsc::Sender<()>,
+        returned: mpsc::Receiver<bool>,
+    }
+
+    /// Makes the write of `until_ms` stall at `step` until released.
+    fn stall_write(file: &mut StateFile, until_ms: i64, step: Step) -> Stall {
+        let (reached_tx, reached) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let (returned_tx, returned) = mpsc::channel();
+        let release_rx = Mutex::new(release_rx);
+        let (reached_tx, returned_tx) = (Mutex::new(reached_tx), Mutex::new(returned_tx));
+        file.hook = Hook(Some(Arc::new(move |at, state: &SavedState| {
+            if state.reserved_until_ms != until_ms {
+                return;
+            }
+            if at == step {
+                reached_tx.lock().unwrap().send(()).unwrap();
+                // Bounded: a test that fails elsewhere must not leave a thread stuck here.
+                let _ = release_rx.lock().unwrap().recv_timeout(Duration::from_secs(30));
+            }
+            if let Step::Returned { ok } = at {
+                let _ = returned_tx.lock().unwrap().send(ok);
+            }
+        })));
+        Stall { reached, release, returned }
+    }
+
+    /// Issue 24, finding 2. A write that stalls past the driver's call timeout (its future
+    /// dropped, its blocking thread going on) and the next write, which completes: wherever
+    /// the first one stalled, the file keeps the newer reservation and the stale write
+    /// fails, never lands.
+    #[tokio::test]
+    async fn a_write_that_stalls_past_its_timeout_never_lands_over_a_newer_one() {
+        const LIMIT: Duration = Duration::from_secs(10);
+        for step in [Step::Begun, Step::TempCreated, Step::TempSynced] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = StandaloneConfig {
+                state_dir: dir.path().to_path_buf(),
+                worker_ids: vec![3],
+                accept_missing_state: false,
+            };
+            let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
+            let write = |until_ms, expect| Request::WriteReservations {
+                session: 1,
+                writes: vec![Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 }],
+                check_claim: true,
+            };
+            let reply = store.call(write(1_800_000_005_000, Version::Absent)).await;
+            assert_eq!(reply, Reply::Written(vec![(3, Version::At(1))]));
+
+            let stall = stall_write(Arc::get_mut(store.files.get_mut(&3).unwrap()).unwrap(), 1_800_000_007_000, step);
+            // As the driver does: the call gets a timeout, after which its future is dropped.
+            let timed_out =
+                tokio::time::timeout(Duration::from_millis(50), store.call(write(1_800_000_007_000, Version::At(1))))
+                    .await;
+            assert!(timed_out.is_err(), "{step:?}: the stalled write answered: {timed_out:?}");
+            stall.reached.recv_timeout(LIMIT).unwrap();
+
+            // The keeper reads again (the outcome is unknown), then writes the next reservation.
+            let read = store.call(Request::ReadReservations { slots: vec![3], linearizable: true }).await;
+            let Reply::Reservations(reads) = read else { panic!("{read:?}") };
+            let Some(version) = reads[0].stored.version() else { panic!("{reads:?}") };
+            let reply = store.call(write(1_800_000_009_000, version)).await;
+            let Reply::Written(versions) = reply else { panic!("{step:?}: {reply:?}") };
+
+            stall.release.send(()).unwrap();
+            let landed = stall.returned.recv_timeout(LIMIT).unwrap();
+            let on_disk = StateFile::read(&store.files[&3]);
+            assert!(!landed, "{step:?}: the stale write reported success; the file holds {on_disk:?}");
+            let on_disk = on_disk.unwrap().unwrap();
+            assert_eq!(
+                (on_disk.reserved_until_ms, Version::At(on_disk.revision)),
+                (1_800_000_009_000, versions[0].1),
+                "{step:?}: the stale write landed over the newer one"
+            );
+        }
     }
 }
