@@ -6,13 +6,13 @@
 //! in the order they were issued: a write whose call timed out goes on in its thread, and is
 //! dropped once a later one has begun ([`StateFile::write`]). A lock file keeps two
 //! processes from using one worker's state at once; the lock is held until the session
-//! closes. A missing file means a first start, unless the lock file shows the worker ran
-//! here before; an unreadable or corrupt one stops the start, because resetting it could
-//! repeat IDs. The claim never expires: the session has no TTL.
+//! closes. A missing file means a first start, unless the lock file shows that one may have
+//! existed ([`FRESH`]); an unreadable or corrupt one stops the start, because resetting it
+//! could repeat IDs. The claim never expires: the session has no TTL.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write as _;
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +24,16 @@ use crate::layout::{Layout, rfc3339_ms};
 
 /// The format version of the state file.
 const STATE_VERSION: u32 = 1;
+
+/// What a lock file holds while no state file can have existed beside it: this build writes
+/// it into a lock file it creates, and replaces it ([`USED`]) before the first state file is
+/// renamed into place, or as soon as a start finds one. Only a lock file holding exactly
+/// this lets a missing state file pass for a first start; any other content (an older
+/// build's empty lock file, one cut short) means a state file may have existed and is gone.
+const FRESH: &[u8] = b"snowmint: no state file written for this worker here yet\n";
+
+/// What a lock file holds once a state file may exist beside it.
+const USED: &[u8] = b"snowmint: this worker's state file was written or found here\n";
 
 /// What the state file holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +57,15 @@ pub struct SavedState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket(u64);
 
+/// What the writes of one worker share.
+#[derive(Debug)]
+struct Turns {
+    /// The ticket of the latest write that began.
+    latest: u64,
+    /// The lock file still says [`FRESH`].
+    fresh: bool,
+}
+
 /// A worker's state file, locked for this process.
 #[derive(Debug)]
 pub struct StateFile {
@@ -57,9 +76,9 @@ pub struct StateFile {
     _lock: File,
     /// Hands out each write's place in line ([`Ticket`]), in the order writes are issued.
     tickets: AtomicU64,
-    /// The ticket of the latest write that began. A std mutex, held only while a write
-    /// creates its temp file or renames it into place, never across an await.
-    latest: Mutex<u64>,
+    /// A std mutex, held only while a write creates its temp file or renames it into place,
+    /// never across an await.
+    turns: Mutex<Turns>,
     /// Tests stall a write at a chosen step with it.
     #[cfg(test)]
     hook: tests::Hook,
@@ -69,8 +88,9 @@ impl StateFile {
     /// Locks and reads the state of `worker_id` in `dir` (created if missing). `None` when
     /// there is no state file yet.
     ///
-    /// A state file missing from a dir this worker used before (its lock file is there) is
-    /// an error unless `accept_missing`: the IDs minted before may not be covered.
+    /// A state file missing from a dir where it may have existed (the lock file is there, and
+    /// not [`FRESH`]) is an error unless `accept_missing`: the IDs minted before may not be
+    /// covered.
     pub fn open(
         dir: &Path,
         worker_id: u32,
@@ -82,9 +102,7 @@ impl StateFile {
         };
         fs::create_dir_all(dir).map_err(io(dir))?;
         let lock_path = dir.join(format!("worker-{worker_id}.lock"));
-        let used_before = lock_path.exists();
-        let lock =
-            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
+        let (lock, created) = open_lock(&lock_path).map_err(io(&lock_path))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
@@ -96,6 +114,9 @@ impl StateFile {
             }
             Err(fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
+        // Only the lock's holder writes its content. Killed before this, the lock file stays
+        // empty, which reads as used: the old, safe refusal.
+        let fresh = if created { mark(&lock, FRESH) } else { is_fresh(&lock) }.map_err(io(&lock_path))?;
         let path = dir.join(format!("worker-{worker_id}.json"));
         let file = StateFile {
             dir: dir.to_path_buf(),
@@ -103,20 +124,25 @@ impl StateFile {
             worker_id,
             _lock: lock,
             tickets: AtomicU64::new(0),
-            latest: Mutex::new(0),
+            turns: Mutex::new(Turns { latest: 0, fresh }),
             #[cfg(test)]
             hook: tests::Hook::default(),
         };
-        let saved = file.read()?;
-        match (&saved, used_before) {
-            (None, true) if !accept_missing => {
+        let saved = file.read();
+        if fresh && !matches!(saved, Ok(None)) {
+            // A state file is there, readable or not: should it go missing, refuse.
+            file.mark_used().map_err(io(&lock_path))?;
+        }
+        let saved = saved?;
+        match (&saved, fresh) {
+            (None, false) if !accept_missing => {
                 return Err(StoreError::StateMissing { path: file.path.display().to_string(), worker_id });
             }
-            (None, true) => tracing::warn!(
+            (None, false) => tracing::warn!(
                 path = %file.path.display(),
                 "state file missing; start accepted deliberately (--accept-missing-state)"
             ),
-            (None, false) => {
+            (None, true) => {
                 tracing::info!(path = %file.path.display(), "no state file: first start for this worker in this state dir")
             }
             (Some(_), _) => {}
@@ -184,7 +210,12 @@ impl StateFile {
         #[cfg(test)]
         self.hook.at(tests::Step::TempSynced, state);
         {
-            let _turn = self.turn(ticket, Turn::Rename)?;
+            let mut turns = self.turn(ticket, Turn::Rename)?;
+            if turns.fresh {
+                // Before a state file can exist, the lock file stops saying there is none.
+                self.mark_used()?;
+                turns.fresh = false;
+            }
             fs::rename(&tmp, &self.path)?;
         }
         // Invariant 6: the new state is durable only once the directory entry is too.
@@ -199,12 +230,12 @@ impl StateFile {
     /// would record its older, lower reservation, and a restart with the clock behind would
     /// mint the same IDs again. So a write that finds a later one begun is dropped, and it
     /// fails: its caller, if still waiting, learns that it did not land.
-    fn turn(&self, ticket: Ticket, turn: Turn) -> std::io::Result<std::sync::MutexGuard<'_, u64>> {
-        // The lock guards a number only: a panic elsewhere cannot leave it half changed.
-        let mut latest = self.latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn turn(&self, ticket: Ticket, turn: Turn) -> std::io::Result<std::sync::MutexGuard<'_, Turns>> {
+        // Plain values, each changed in one step: a panic elsewhere cannot leave them torn.
+        let mut turns = self.turns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let superseded = match turn {
-            Turn::Begin => *latest > ticket.0,
-            Turn::Rename => *latest != ticket.0,
+            Turn::Begin => turns.latest > ticket.0,
+            Turn::Rename => turns.latest != ticket.0,
         };
         if superseded {
             return Err(std::io::Error::other(format!(
@@ -212,9 +243,42 @@ impl StateFile {
                 self.worker_id
             )));
         }
-        *latest = ticket.0;
-        Ok(latest)
+        turns.latest = ticket.0;
+        Ok(turns)
     }
+
+    /// Records in the lock file that a state file may exist, durably.
+    fn mark_used(&self) -> std::io::Result<()> {
+        mark(&self._lock, USED).map(|_| ())
+    }
+}
+
+/// Opens the lock file, creating it if missing; whether it was created.
+fn open_lock(path: &Path) -> std::io::Result<(File, bool)> {
+    match OpenOptions::new().read(true).write(true).create_new(true).open(path) {
+        Ok(lock) => Ok((lock, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok((OpenOptions::new().read(true).write(true).open(path)?, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the lock file says [`FRESH`].
+fn is_fresh(mut lock: &File) -> std::io::Result<bool> {
+    let mut content = Vec::new();
+    lock.seek(SeekFrom::Start(0))?;
+    lock.read_to_end(&mut content)?;
+    Ok(content == FRESH)
+}
+
+/// Replaces the lock file's content with `content`, durably; whether it is now [`FRESH`].
+fn mark(mut lock: &File, content: &[u8]) -> std::io::Result<bool> {
+    lock.set_len(0)?;
+    lock.seek(SeekFrom::Start(0))?;
+    lock.write_all(content)?;
+    lock.sync_all()?;
+    Ok(content == FRESH)
 }
 
 /// Which turn of a write [`StateFile::turn`] takes.
@@ -487,6 +551,48 @@ mod tests {
         assert!(err.to_string().contains("--accept-missing-state"), "{err}");
         let (_, saved) = StateFile::open(dir.path(), 3, true).unwrap();
         assert_eq!(saved, None);
+    }
+
+    /// Issue 24, finding 10: a start that took the lock and died (or failed on another
+    /// worker) before its first write left nothing a later start must cover.
+    #[test]
+    fn a_start_that_wrote_nothing_leaves_a_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, _) = StateFile::open(dir.path(), 3, false).unwrap();
+        drop(file);
+        assert!(dir.path().join("worker-3.lock").exists());
+        let (file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
+        assert_eq!(saved, None);
+        // Once a write landed, a missing state file is refused.
+        file.write(file.ticket(), &state(3, 1_800_000_000_000, 1)).unwrap();
+        drop(file);
+        fs::remove_file(dir.path().join("worker-3.json")).unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+    }
+
+    /// An older build's lock file is empty whether or not it ever wrote: a missing state
+    /// file beside it is refused, as before.
+    #[test]
+    fn an_older_builds_lock_file_still_guards_a_missing_state() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("worker-3.lock"), "").unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+    }
+
+    /// A state file found at a start, readable or not, counts as written: should it go
+    /// missing later, the start is refused.
+    #[test]
+    fn a_state_file_found_at_a_start_guards_against_its_loss() {
+        for content in [serde_json::to_string(&state(3, 1_800_000_000_000, 4)).unwrap(), "not json".to_string()] {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join("worker-3.json"), &content).unwrap();
+            drop(StateFile::open(dir.path(), 3, false));
+            fs::remove_file(dir.path().join("worker-3.json")).unwrap();
+            let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+            assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{content}: {err}");
+        }
     }
 
     #[test]
