@@ -376,7 +376,10 @@ impl FileStore {
     }
 
     async fn write(&mut self, writes: Vec<Write>) -> Reply {
-        // Compare first, all or none: a write names the revision it replaces.
+        // The compare is all or none: a write names the revision it replaces, and one stale
+        // refuses them all before any file is touched. The writes are not: one file after
+        // another, each atomic; a failure partway leaves the earlier ones written, and says
+        // the outcome is unknown, so the keeper reads every slot of the request again.
         let stale: Vec<u32> = writes
             .iter()
             .filter(|w| w.expect.is_some_and(|expect| self.known.get(&w.slot) != Some(&expect)))
@@ -643,6 +646,44 @@ mod tests {
         let Reply::WriteRefused { not_ours, current } = reply else { panic!("{reply:?}") };
         assert!(not_ours.is_empty());
         assert_eq!(current[0].stored, Stored::Reserved { until_ms: 1_800_000_009_000, version: Version::At(2) });
+    }
+
+    /// A write of several slots: the compare is all or none, the writes one file after
+    /// another (as the store's docs say). A failure at the second file leaves the first
+    /// written and is reported as of unknown outcome.
+    #[tokio::test]
+    async fn a_write_of_several_slots_that_fails_partway_says_its_outcome_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StandaloneConfig {
+            state_dir: dir.path().to_path_buf(),
+            worker_ids: vec![3, 4],
+            accept_missing_state: false,
+        };
+        let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
+        let writes = |until_ms, expect: [Version; 2]| Request::WriteReservations {
+            session: 1,
+            writes: [3, 4]
+                .into_iter()
+                .zip(expect)
+                .map(|(slot, expect)| Write { slot, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 })
+                .collect(),
+            check_claim: true,
+        };
+        let reply = store.call(writes(1_800_000_005_000, [Version::Absent; 2])).await;
+        assert_eq!(reply, Reply::Written(vec![(3, Version::At(1)), (4, Version::At(1))]));
+        let read = |store: &FileStore| store.files.values().map(|f| f.read().unwrap().unwrap()).collect::<Vec<_>>();
+
+        // One stale version refuses both, touching neither file.
+        let reply = store.call(writes(1_800_000_007_000, [Version::At(1), Version::Absent])).await;
+        assert!(matches!(reply, Reply::WriteRefused { .. }), "{reply:?}");
+        assert!(read(&store).iter().all(|s| s.reserved_until_ms == 1_800_000_005_000));
+
+        // Worker 4's file cannot be written (a directory where its temp file goes).
+        fs::create_dir(dir.path().join("worker-4.json.tmp")).unwrap();
+        let reply = store.call(writes(1_800_000_009_000, [Version::At(1); 2])).await;
+        assert!(matches!(reply, Reply::Failed { outcome: Outcome::Unknown, .. }), "{reply:?}");
+        let on_disk: Vec<i64> = read(&store).iter().map(|s| s.reserved_until_ms).collect();
+        assert_eq!(on_disk, [1_800_000_009_000, 1_800_000_005_000]);
     }
 
     /// What a stalled write did, as its hook saw it.
