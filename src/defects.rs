@@ -26,6 +26,11 @@ pub enum Defect {
     DeadlineOnSuspendingClock,
     /// A claim that already carries this session's lease treated as lost (finding 2).
     ClaimNotIdempotent,
+    /// A state-file write that stalled past its call timeout lands after the write that
+    /// followed it, recording its older, lower reservation (issue 24, finding 2). Planted in
+    /// the simulator's disk model, which mirrors `StateFile::write`'s rule: the production
+    /// check runs on a blocking thread, out of reach of a per-thread switch.
+    StaleWriteLandsLate,
 }
 
 #[cfg(test)]

@@ -203,6 +203,11 @@ fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
     caught(Defect::ClaimNotIdempotent);
 }
 
+#[test]
+fn a_stalled_state_file_write_landing_after_a_newer_one_is_caught() {
+    caught(Defect::StaleWriteLandsLate);
+}
+
 /// The long sweep behind `scripts/simulate`: `SNOWMINT_SIM_SCHEDULES` schedules (default
 /// 100,000) from `SNOWMINT_SIM_FIRST` (default 1), or `SNOWMINT_SIM_SEED` alone; stopping
 /// after `SNOWMINT_SIM_SECONDS` when set.

@@ -480,9 +480,12 @@ mod tests {
         Returned { ok: bool },
     }
 
-    /// What a test runs at each step of a write (on the write's own thread).
+    /// A test's code for each step of a write, run on the write's own thread.
+    type StepFn = dyn Fn(Step, &SavedState) + Send + Sync;
+
+    /// What a test runs at each step of a write.
     #[derive(Default)]
-    pub(super) struct Hook(Option<Arc<dyn Fn(Step, &SavedState) + Send + Sync>>);
+    pub(super) struct Hook(Option<Arc<StepFn>>);
 
     impl std::fmt::Debug for Hook {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
