@@ -29,6 +29,11 @@ pub enum Defect {
     /// A resumed claim given the floor of the first claim that wrote the slot in this
     /// process, not of the claim it continues (finding 1 of the second reading).
     ResumeWithOlderFloor,
+    /// A state-file write that stalled past its call timeout lands after the write that
+    /// followed it, recording its older, lower reservation (issue 24, finding 2). Planted in
+    /// the simulator's disk model, which mirrors `StateFile::write`'s rule: the production
+    /// check runs on a blocking thread, out of reach of a per-thread switch.
+    StaleWriteLandsLate,
 }
 
 #[cfg(test)]

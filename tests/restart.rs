@@ -198,6 +198,37 @@ async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
     next_id_eventually(&mut reset.client().await, Duration::from_secs(5)).await;
 }
 
+/// A start that fails after taking a worker's lock file and before its first state write
+/// (here: another of its worker IDs is in use) leaves that worker's state dir fresh, so the
+/// next start is a first start rather than a refusal over a "missing" state file; once it
+/// has written, a state file that goes missing is refused again.
+#[tokio::test]
+async fn a_start_that_failed_before_its_first_write_leaves_the_state_dir_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().to_str().unwrap();
+    let mut holder = Process::serve(&["--state-dir", state_dir, "--worker-id", "1"]);
+    next_id_eventually(&mut holder.client().await, Duration::from_secs(5)).await;
+
+    let (code, stderr) = serve_to_exit(&["--state-dir", state_dir, "--worker-id", "0,1"]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("in use by another snowmint process for worker 1"), "{stderr}");
+    assert!(dir.path().join("worker-0.lock").exists(), "the failed start did not get as far as worker 0");
+    assert!(!dir.path().join("worker-0.json").exists());
+
+    let mut next = Process::serve(&["--state-dir", state_dir, "--worker-id", "0"]);
+    next.wait_for_log("first start for this worker", Duration::from_secs(5)).await;
+    next_id_eventually(&mut next.client().await, Duration::from_secs(5)).await;
+    next.signal("TERM");
+    assert!(next.wait(Duration::from_secs(10)).await.success());
+
+    std::fs::remove_file(dir.path().join("worker-0.json")).unwrap();
+    let (code, stderr) = serve_to_exit(&["--state-dir", state_dir, "--worker-id", "0"]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("is missing, but worker 0 ran in this state dir before"), "{stderr}");
+    holder.signal("TERM");
+    assert!(holder.wait(Duration::from_secs(10)).await.success());
+}
+
 /// A reservation that cannot be written (the README's full or read-only disk): minting goes
 /// on inside the reservation already on disk, never past it, then refuses with UNAVAILABLE;
 /// the failure is logged and counted, and minting resumes once writes work again.

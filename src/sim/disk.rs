@@ -3,13 +3,16 @@
 //! A state file is replaced atomically and fsynced with its directory before the write is
 //! acknowledged (invariant 6), so an acknowledged write survives a crash, and a write cut off
 //! by a crash either landed whole or not at all. A disk can fail a write (full, read-only):
-//! before the rename nothing changed; after it, the outcome is unknown. Between runs a file
-//! can be torn or corrupted by hand; the next start must refuse it.
+//! before the rename nothing changed; after it, the outcome is unknown. A write can stall
+//! (a slow fsync) past the caller's timeout and go on in its thread: it lands later only if
+//! no later write of its slot has begun, as [`crate::store::file::StateFile::write`] rules.
+//! Between runs a file can be torn or corrupted by hand; the next start must refuse it.
 
 use std::collections::BTreeMap;
 
 use super::etcd::{Note, Owner};
-use crate::store::{Outcome, Reply, Request, SlotRead, Stored, Version};
+use crate::defects::{self, Defect};
+use crate::store::{Outcome, Reply, Request, SlotRead, Stored, Version, Write};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileState {
@@ -47,6 +50,27 @@ impl Disk {
 pub struct DiskStore {
     pub slots: Vec<u32>,
     known: BTreeMap<u32, Version>,
+    /// The last write ticket handed out (one counter for every slot of the process).
+    tickets: u64,
+    /// Per slot, the ticket of the latest write that began.
+    latest: BTreeMap<u32, u64>,
+}
+
+/// A write that stalled past its caller's timeout, still under way.
+#[derive(Debug, Clone)]
+pub struct StalledWrite {
+    slot: u32,
+    until_ms: i64,
+    revision: i64,
+    ticket: u64,
+}
+
+/// How the disk answers a request.
+#[derive(Debug)]
+pub enum DiskReply {
+    Now(Reply),
+    /// No answer before the caller gives up; the write goes on ([`DiskStore::land`]).
+    Stalled(StalledWrite),
 }
 
 /// How a write ends on a disk in trouble.
@@ -59,12 +83,49 @@ pub enum DiskFault {
     FailedAfter {
         landed: bool,
     },
+    /// The write of the slot at this index of the request (the last one, when there are
+    /// fewer) stalls past the caller's timeout: those before it landed, those after it never
+    /// began.
+    Stall {
+        at: usize,
+    },
 }
 
 impl DiskStore {
     pub fn open(disk: &Disk, slots: Vec<u32>) -> DiskStore {
         let known = slots.iter().filter_map(|&s| Some((s, disk.read(s).stored.version()?))).collect();
-        DiskStore { slots, known }
+        DiskStore { slots, known, tickets: 0, latest: BTreeMap::new() }
+    }
+
+    /// A write begins: its ticket, now the latest of its slot.
+    fn begin(&mut self, slot: u32) -> u64 {
+        self.tickets += 1;
+        self.latest.insert(slot, self.tickets);
+        self.tickets
+    }
+
+    /// The stalled `write` finishes: it lands only while no later write of its slot has
+    /// begun (the rule of [`crate::store::file::StateFile::write`]); otherwise it is dropped.
+    /// Whether it landed.
+    pub fn land(&self, disk: &mut Disk, owner: Owner, write: StalledWrite, notes: &mut Vec<Note>) -> bool {
+        let latest = self.latest.get(&write.slot) == Some(&write.ticket);
+        if !latest && !defects::active(Defect::StaleWriteLandsLate) {
+            return false;
+        }
+        disk.files.insert(write.slot, FileState::Good { until_ms: write.until_ms, revision: write.revision });
+        notes.push(Note::ReservationWritten {
+            slot: write.slot,
+            until_ms: write.until_ms,
+            writer: owner,
+            session: 1,
+            held: true,
+        });
+        true
+    }
+
+    fn stall(&mut self, write: &Write, revision: i64) -> DiskReply {
+        let ticket = self.begin(write.slot);
+        DiskReply::Stalled(StalledWrite { slot: write.slot, until_ms: write.until_ms, revision, ticket })
     }
 
     pub fn apply(
@@ -74,8 +135,8 @@ impl DiskStore {
         request: &Request,
         fault: DiskFault,
         notes: &mut Vec<Note>,
-    ) -> Reply {
-        match request {
+    ) -> DiskReply {
+        let reply = match request {
             Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
             Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.slots.clone() },
             Request::CountSlots => Reply::SlotCount { taken: self.slots.len() as u64 },
@@ -98,19 +159,21 @@ impl DiskStore {
                     .collect();
                 if !stale.is_empty() {
                     let current = stale.iter().map(|&s| disk.read(s)).collect();
-                    return Reply::WriteRefused { not_ours: Vec::new(), current };
+                    return DiskReply::Now(Reply::WriteRefused { not_ours: Vec::new(), current });
                 }
                 let mut versions = Vec::new();
-                for write in writes {
+                for (i, write) in writes.iter().enumerate() {
                     let revision = match self.known.get(&write.slot) {
                         Some(Version::At(r)) => r + 1,
                         _ => 1,
                     };
                     let landed = match fault {
-                        DiskFault::None => true,
+                        DiskFault::Stall { at } if i == at.min(writes.len() - 1) => return self.stall(write, revision),
+                        DiskFault::None | DiskFault::Stall { .. } => true,
                         DiskFault::FailedBefore => false,
                         DiskFault::FailedAfter { landed } => landed,
                     };
+                    self.begin(write.slot);
                     if landed {
                         disk.files.insert(write.slot, FileState::Good { until_ms: write.until_ms, revision });
                         notes.push(Note::ReservationWritten {
@@ -122,22 +185,22 @@ impl DiskStore {
                         });
                     }
                     match fault {
-                        DiskFault::None => {
+                        DiskFault::None | DiskFault::Stall { .. } => {
                             self.known.insert(write.slot, Version::At(revision));
                             versions.push((write.slot, Version::At(revision)));
                         }
                         DiskFault::FailedBefore => {
-                            return Reply::Failed {
+                            return DiskReply::Now(Reply::Failed {
                                 error: "no space left on device".into(),
                                 outcome: Outcome::NotApplied,
-                            };
+                            });
                         }
                         DiskFault::FailedAfter { .. } => {
                             self.known.remove(&write.slot);
-                            return Reply::Failed {
+                            return DiskReply::Now(Reply::Failed {
                                 error: "fsync of the state dir failed".into(),
                                 outcome: Outcome::Unknown,
-                            };
+                            });
                         }
                     }
                 }
@@ -146,6 +209,7 @@ impl DiskStore {
             Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX },
             Request::Release { .. } => Reply::Released,
             Request::CloseSession { .. } => Reply::SessionClosed,
-        }
+        };
+        DiskReply::Now(reply)
     }
 }

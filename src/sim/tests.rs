@@ -208,6 +208,11 @@ fn a_resumed_claim_with_an_older_floor_is_caught() {
     caught(Defect::ResumeWithOlderFloor);
 }
 
+#[test]
+fn a_stalled_state_file_write_landing_after_a_newer_one_is_caught() {
+    caught(Defect::StaleWriteLandsLate);
+}
+
 /// The long sweep behind `scripts/simulate`: `SNOWMINT_SIM_SCHEDULES` schedules (default
 /// 100,000) from `SNOWMINT_SIM_FIRST` (default 1), or `SNOWMINT_SIM_SEED` alone; stopping
 /// after `SNOWMINT_SIM_SECONDS` when set.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::Us;
 use super::checker::{Checker, StoreView};
-use super::disk::{Disk, DiskFault, DiskStore, FileState};
+use super::disk::{Disk, DiskFault, DiskReply, DiskStore, FileState, StalledWrite};
 use super::etcd::{EtcdModel, Owner};
 use super::rng::Rng;
 use crate::clock_filter::ClockFilter;
@@ -165,6 +165,8 @@ pub enum Fault {
     KeyDeletedByHand,
     DiskFull,
     DiskUnknown,
+    /// A state-file write stalls past the call timeout, and finishes later.
+    DiskStall,
     CorruptFile,
 }
 
@@ -188,6 +190,7 @@ impl Fault {
             Fault::KeyDeletedByHand => "worker key deleted by hand",
             Fault::DiskFull => "disk write fails",
             Fault::DiskUnknown => "disk write of unknown outcome",
+            Fault::DiskStall => "disk write stalls past the timeout",
             Fault::CorruptFile => "state file corrupted",
         }
     }
@@ -243,6 +246,12 @@ enum Ev {
     /// A wall clock is set back to the truth after a jump.
     CorrectClock {
         m: usize,
+    },
+    /// A state-file write that stalled past its caller's timeout finishes.
+    DiskLands {
+        m: usize,
+        inc: u32,
+        write: StalledWrite,
     },
     /// A network trouble ends.
     NetworkHeals {
@@ -333,6 +342,15 @@ impl Machine {
     fn boot(&self, now: Us) -> Duration {
         let t = now as i128;
         Duration::from_micros((t + t * self.ppm as i128 / 1_000_000) as u64)
+    }
+
+    /// Keeps the last good state file of each slot, for the operator to restore.
+    fn back_up(&mut self) {
+        for slot in &self.slots {
+            if let Some(state @ FileState::Good { .. }) = self.disk.files.get(slot) {
+                self.backups.insert(*slot, state.clone());
+            }
+        }
     }
 
     /// The simulated instant at which this machine's boot clock reads `boot`.
@@ -584,6 +602,15 @@ impl World {
                     return;
                 }
                 self.ask(m);
+            }
+            Ev::DiskLands { m, inc, write } => {
+                // A stopped process's threads are stopped too; a dead one's write died with it.
+                let ev = Ev::DiskLands { m, inc, write };
+                if self.deferred(m, &ev) || !self.is_current(m, inc) {
+                    return;
+                }
+                let Ev::DiskLands { write, .. } = ev else { unreachable!() };
+                self.land(m, inc, write);
             }
             Ev::Resume { m, pause } => self.resume(m, pause),
             Ev::Start { m } => self.start(m),
@@ -1038,15 +1065,19 @@ impl World {
                         store.apply(&mut machine.disk, owner, &request, fault, &mut notes)
                     }
                 };
-                for slot in machine.slots.clone() {
-                    if let Some(state @ FileState::Good { .. }) = machine.disk.files.get(&slot) {
-                        machine.backups.insert(slot, state.clone());
-                    }
-                }
+                machine.back_up();
                 for note in notes {
                     self.checker.note(now, note);
                 }
-                reply
+                match reply {
+                    DiskReply::Now(reply) => reply,
+                    DiskReply::Stalled(write) => {
+                        // No answer: the call times out, and the write goes on.
+                        let at = now + self.params.call_timeout() + self.rng.between(0, 2 * SECOND);
+                        self.schedule(at, Ev::DiskLands { m, inc, write });
+                        return;
+                    }
+                }
             }
         };
         if copy
@@ -1061,6 +1092,19 @@ impl World {
             Mode::File => now,
         };
         self.schedule(at, Ev::Answer { m, inc, id, reply });
+    }
+
+    /// The stalled `write` of process `inc` on machine `m` finishes.
+    fn land(&mut self, m: usize, inc: u32, write: StalledWrite) {
+        let machine = &mut self.machines[m];
+        let Some(store) = machine.process.as_mut().and_then(|p| p.disk.as_mut()) else { return };
+        let mut notes = Vec::new();
+        let landed = store.land(&mut machine.disk, (m, inc), write, &mut notes);
+        machine.back_up();
+        for note in notes {
+            self.checker.note(self.now, note);
+        }
+        self.trace(|| format!("m{m} stalled write {}", if landed { "lands" } else { "dropped" }));
     }
 
     /// The process ends (after a stop); a new one starts a little later.
@@ -1168,7 +1212,7 @@ impl World {
                 Fault::KeyDeletedByHand,
             ]);
         } else {
-            kinds.extend([Fault::DiskFull, Fault::DiskUnknown, Fault::CorruptFile]);
+            kinds.extend([Fault::DiskFull, Fault::DiskUnknown, Fault::DiskStall, Fault::CorruptFile]);
         }
         let fault = *self.rng.pick(&kinds);
         let m = self.rng.below(self.machines.len() as u64) as usize;
@@ -1254,6 +1298,10 @@ impl World {
             Fault::DiskUnknown => {
                 let landed = self.rng.chance(0.5);
                 self.machines[m].next_disk_fault = DiskFault::FailedAfter { landed };
+            }
+            Fault::DiskStall => {
+                let at = self.rng.below(self.params.slots as u64) as usize;
+                self.machines[m].next_disk_fault = DiskFault::Stall { at };
             }
             Fault::CorruptFile => {
                 // Only between runs: the process is killed, the file broken, and the next

@@ -2,17 +2,20 @@
 //!
 //! `worker-<id>.json` in the state dir records the layout, the time up to which the worker
 //! may have minted, and a revision counter (the [`Version`] conditional writes name). It is
-//! written atomically (temp file, fsync, rename, fsync of the dir). A lock file keeps two
+//! written atomically (temp file, fsync, rename, fsync of the dir), and a worker's writes land
+//! in the order they were issued: a write whose call timed out goes on in its thread, and is
+//! dropped once a later one has begun ([`StateFile::write`]). A lock file keeps two
 //! processes from using one worker's state at once; the lock is held until the session
-//! closes. A missing file means a first start, unless the lock file shows the worker ran
-//! here before; an unreadable or corrupt one stops the start, because resetting it could
-//! repeat IDs. The claim never expires: the session has no TTL.
+//! closes. A missing file means a first start, unless the lock file shows that one may have
+//! existed ([`FRESH`]); an unreadable or corrupt one stops the start, because resetting it
+//! could repeat IDs. The claim never expires: the session has no TTL.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write as _;
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +24,16 @@ use crate::layout::{Layout, rfc3339_ms};
 
 /// The format version of the state file.
 const STATE_VERSION: u32 = 1;
+
+/// What a lock file holds while no state file can have existed beside it: this build writes
+/// it into a lock file it creates, and replaces it ([`USED`]) before the first state file is
+/// renamed into place, or as soon as a start finds one. Only a lock file holding exactly
+/// this lets a missing state file pass for a first start; any other content (an older
+/// build's empty lock file, one cut short) means a state file may have existed and is gone.
+const FRESH: &[u8] = b"snowmint: no state file written for this worker here yet\n";
+
+/// What a lock file holds once a state file may exist beside it.
+const USED: &[u8] = b"snowmint: this worker's state file was written or found here\n";
 
 /// What the state file holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +52,20 @@ pub struct SavedState {
     pub revision: i64,
 }
 
+/// A write's place in line: taken when the write is issued, before it goes to a thread of
+/// its own, so that tickets follow the order of the calls, not of the threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(u64);
+
+/// What the writes of one worker share.
+#[derive(Debug)]
+struct Turns {
+    /// The ticket of the latest write that began.
+    latest: u64,
+    /// The lock file still says [`FRESH`].
+    fresh: bool,
+}
+
 /// A worker's state file, locked for this process.
 #[derive(Debug)]
 pub struct StateFile {
@@ -47,14 +74,23 @@ pub struct StateFile {
     worker_id: u32,
     /// Held while the file is in use: the OS drops the lock when the process dies.
     _lock: File,
+    /// Hands out each write's place in line ([`Ticket`]), in the order writes are issued.
+    tickets: AtomicU64,
+    /// A std mutex, held only while a write creates its temp file or renames it into place,
+    /// never across an await.
+    turns: Mutex<Turns>,
+    /// Tests stall a write at a chosen step with it.
+    #[cfg(test)]
+    hook: tests::Hook,
 }
 
 impl StateFile {
     /// Locks and reads the state of `worker_id` in `dir` (created if missing). `None` when
     /// there is no state file yet.
     ///
-    /// A state file missing from a dir this worker used before (its lock file is there) is
-    /// an error unless `accept_missing`: the IDs minted before may not be covered.
+    /// A state file missing from a dir where it may have existed (the lock file is there, and
+    /// not [`FRESH`]) is an error unless `accept_missing`: the IDs minted before may not be
+    /// covered.
     pub fn open(
         dir: &Path,
         worker_id: u32,
@@ -66,9 +102,7 @@ impl StateFile {
         };
         fs::create_dir_all(dir).map_err(io(dir))?;
         let lock_path = dir.join(format!("worker-{worker_id}.lock"));
-        let used_before = lock_path.exists();
-        let lock =
-            OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
+        let (lock, created) = open_lock(&lock_path).map_err(io(&lock_path))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
@@ -80,18 +114,35 @@ impl StateFile {
             }
             Err(fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
+        // Only the lock's holder writes its content. Killed before this, the lock file stays
+        // empty, which reads as used: the old, safe refusal.
+        let fresh = if created { mark(&lock, FRESH) } else { is_fresh(&lock) }.map_err(io(&lock_path))?;
         let path = dir.join(format!("worker-{worker_id}.json"));
-        let file = StateFile { dir: dir.to_path_buf(), path, worker_id, _lock: lock };
-        let saved = file.read()?;
-        match (&saved, used_before) {
-            (None, true) if !accept_missing => {
+        let file = StateFile {
+            dir: dir.to_path_buf(),
+            path,
+            worker_id,
+            _lock: lock,
+            tickets: AtomicU64::new(0),
+            turns: Mutex::new(Turns { latest: 0, fresh }),
+            #[cfg(test)]
+            hook: tests::Hook::default(),
+        };
+        let saved = file.read();
+        if fresh && !matches!(saved, Ok(None)) {
+            // A state file is there, readable or not: should it go missing, refuse.
+            file.mark_used().map_err(io(&lock_path))?;
+        }
+        let saved = saved?;
+        match (&saved, fresh) {
+            (None, false) if !accept_missing => {
                 return Err(StoreError::StateMissing { path: file.path.display().to_string(), worker_id });
             }
-            (None, true) => tracing::warn!(
+            (None, false) => tracing::warn!(
                 path = %file.path.display(),
                 "state file missing; start accepted deliberately (--accept-missing-state)"
             ),
-            (None, false) => {
+            (None, true) => {
                 tracing::info!(path = %file.path.display(), "no state file: first start for this worker in this state dir")
             }
             (Some(_), _) => {}
@@ -123,17 +174,120 @@ impl StateFile {
         Ok(Some(saved))
     }
 
+    /// The place in line of the next write; take it when the write is issued.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.tickets.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// Writes `state` durably: temp file, fsync, rename over the old file, fsync the dir.
-    pub fn write(&self, state: &SavedState) -> std::io::Result<()> {
+    /// Fails, touching nothing, when a write with a later ticket began first.
+    pub fn write(&self, ticket: Ticket, state: &SavedState) -> std::io::Result<()> {
+        let result = self.write_steps(ticket, state);
+        #[cfg(test)]
+        self.hook.at(tests::Step::Returned { ok: result.is_ok() }, state);
+        result
+    }
+
+    fn write_steps(&self, ticket: Ticket, state: &SavedState) -> std::io::Result<()> {
+        #[cfg(test)]
+        self.hook.at(tests::Step::Begun, state);
         let tmp = self.dir.join(format!("worker-{}.json.tmp", self.worker_id));
-        let mut file = File::create(&tmp)?;
+        let mut file = {
+            let _turn = self.turn(ticket, Turn::Begin)?;
+            // A new inode for every write: an earlier write still under way (its call timed
+            // out, its thread goes on) writes on into its own file, unlinked here, never into
+            // this one, which becomes the live state file.
+            match fs::remove_file(&tmp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => File::create_new(&tmp)?,
+            }
+        };
+        #[cfg(test)]
+        self.hook.at(tests::Step::TempCreated, state);
         file.write_all(&serde_json::to_vec_pretty(state).expect("state serializes"))?;
         file.sync_all()?;
         drop(file);
-        fs::rename(&tmp, &self.path)?;
+        #[cfg(test)]
+        self.hook.at(tests::Step::TempSynced, state);
+        {
+            let mut turns = self.turn(ticket, Turn::Rename)?;
+            if turns.fresh {
+                // Before a state file can exist, the lock file stops saying there is none.
+                self.mark_used()?;
+                turns.fresh = false;
+            }
+            fs::rename(&tmp, &self.path)?;
+        }
         // Invariant 6: the new state is durable only once the directory entry is too.
         File::open(&self.dir)?.sync_all()
     }
+
+    /// Takes `ticket`'s turn to begin, or to rename, under the lock.
+    ///
+    /// The rule (issue 24, finding 2): the state file only ever receives the latest write to
+    /// have begun. The store issues one write at a time, but a write whose call timed out
+    /// goes on in its thread; were it renamed in after the write that followed it, the file
+    /// would record its older, lower reservation, and a restart with the clock behind would
+    /// mint the same IDs again. So a write that finds a later one begun is dropped, and it
+    /// fails: its caller, if still waiting, learns that it did not land.
+    fn turn(&self, ticket: Ticket, turn: Turn) -> std::io::Result<std::sync::MutexGuard<'_, Turns>> {
+        // Plain values, each changed in one step: a panic elsewhere cannot leave them torn.
+        let mut turns = self.turns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let superseded = match turn {
+            Turn::Begin => turns.latest > ticket.0,
+            Turn::Rename => turns.latest != ticket.0,
+        };
+        if superseded {
+            return Err(std::io::Error::other(format!(
+                "dropped: a later write of worker {} began while this one was under way",
+                self.worker_id
+            )));
+        }
+        turns.latest = ticket.0;
+        Ok(turns)
+    }
+
+    /// Records in the lock file that a state file may exist, durably.
+    fn mark_used(&self) -> std::io::Result<()> {
+        mark(&self._lock, USED).map(|_| ())
+    }
+}
+
+/// Opens the lock file, creating it if missing; whether it was created.
+fn open_lock(path: &Path) -> std::io::Result<(File, bool)> {
+    match OpenOptions::new().read(true).write(true).create_new(true).open(path) {
+        Ok(lock) => Ok((lock, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok((OpenOptions::new().read(true).write(true).open(path)?, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the lock file says [`FRESH`].
+fn is_fresh(mut lock: &File) -> std::io::Result<bool> {
+    let mut content = Vec::new();
+    lock.seek(SeekFrom::Start(0))?;
+    lock.read_to_end(&mut content)?;
+    Ok(content == FRESH)
+}
+
+/// Replaces the lock file's content with `content`, durably; whether it is now [`FRESH`].
+fn mark(mut lock: &File, content: &[u8]) -> std::io::Result<bool> {
+    lock.set_len(0)?;
+    lock.seek(SeekFrom::Start(0))?;
+    lock.write_all(content)?;
+    lock.sync_all()?;
+    Ok(content == FRESH)
+}
+
+/// Which turn of a write [`StateFile::turn`] takes.
+#[derive(Debug, Clone, Copy)]
+enum Turn {
+    /// Creating its temp file.
+    Begin,
+    /// Renaming it into place.
+    Rename,
 }
 
 /// Settings of standalone mode.
@@ -222,7 +376,10 @@ impl FileStore {
     }
 
     async fn write(&mut self, writes: Vec<Write>) -> Reply {
-        // Compare first, all or none: a write names the revision it replaces.
+        // The compare is all or none: a write names the revision it replaces, and one stale
+        // refuses them all before any file is touched. The writes are not: one file after
+        // another, each atomic; a failure partway leaves the earlier ones written, and says
+        // the outcome is unknown, so the keeper reads every slot of the request again.
         let stale: Vec<u32> = writes
             .iter()
             .filter(|w| w.expect.is_some_and(|expect| self.known.get(&w.slot) != Some(&expect)))
@@ -253,7 +410,10 @@ impl FileStore {
                 revision,
             };
             let path = file.path().display().to_string();
-            let written = tokio::task::spawn_blocking(move || file.write(&state)).await;
+            // The ticket now, in the order of the calls: should this call time out, its
+            // write cannot land after the next one.
+            let ticket = file.ticket();
+            let written = tokio::task::spawn_blocking(move || file.write(ticket, &state)).await;
             match written {
                 Ok(Ok(())) => {
                     self.known.insert(write.slot, Version::At(revision));
@@ -304,6 +464,42 @@ impl Store for FileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Where a write is.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Step {
+        /// Called, before it touches anything.
+        Begun,
+        /// Its temp file exists, empty.
+        TempCreated,
+        /// Its temp file is written and fsynced, not yet renamed into place.
+        TempSynced,
+        /// It returns, successfully or not.
+        Returned { ok: bool },
+    }
+
+    /// A test's code for each step of a write, run on the write's own thread.
+    type StepFn = dyn Fn(Step, &SavedState) + Send + Sync;
+
+    /// What a test runs at each step of a write.
+    #[derive(Default)]
+    pub(super) struct Hook(Option<Arc<StepFn>>);
+
+    impl std::fmt::Debug for Hook {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(if self.0.is_some() { "Hook(set)" } else { "Hook(none)" })
+        }
+    }
+
+    impl Hook {
+        pub(super) fn at(&self, step: Step, state: &SavedState) {
+            if let Some(hook) = &self.0 {
+                hook(step, state);
+            }
+        }
+    }
 
     fn state(worker_id: u32, reserved_until_ms: i64, revision: i64) -> SavedState {
         SavedState {
@@ -323,7 +519,7 @@ mod tests {
         let (file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved, None);
         let state = state(3, 1_800_000_000_000, 4);
-        file.write(&state).unwrap();
+        file.write(file.ticket(), &state).unwrap();
         drop(file);
         let (_file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved, Some(state));
@@ -353,7 +549,7 @@ mod tests {
     fn a_state_file_missing_from_a_used_dir_stops_the_start_unless_accepted() {
         let dir = tempfile::tempdir().unwrap();
         let (file, _) = StateFile::open(dir.path(), 3, false).unwrap();
-        file.write(&state(3, 1_800_000_000_000, 1)).unwrap();
+        file.write(file.ticket(), &state(3, 1_800_000_000_000, 1)).unwrap();
         drop(file);
         fs::remove_file(dir.path().join("worker-3.json")).unwrap();
         let err = StateFile::open(dir.path(), 3, false).unwrap_err();
@@ -361,6 +557,48 @@ mod tests {
         assert!(err.to_string().contains("--accept-missing-state"), "{err}");
         let (_, saved) = StateFile::open(dir.path(), 3, true).unwrap();
         assert_eq!(saved, None);
+    }
+
+    /// Issue 24, finding 10: a start that took the lock and died (or failed on another
+    /// worker) before its first write left nothing a later start must cover.
+    #[test]
+    fn a_start_that_wrote_nothing_leaves_a_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, _) = StateFile::open(dir.path(), 3, false).unwrap();
+        drop(file);
+        assert!(dir.path().join("worker-3.lock").exists());
+        let (file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
+        assert_eq!(saved, None);
+        // Once a write landed, a missing state file is refused.
+        file.write(file.ticket(), &state(3, 1_800_000_000_000, 1)).unwrap();
+        drop(file);
+        fs::remove_file(dir.path().join("worker-3.json")).unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+    }
+
+    /// An older build's lock file is empty whether or not it ever wrote: a missing state
+    /// file beside it is refused, as before.
+    #[test]
+    fn an_older_builds_lock_file_still_guards_a_missing_state() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("worker-3.lock"), "").unwrap();
+        let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+    }
+
+    /// A state file found at a start, readable or not, counts as written: should it go
+    /// missing later, the start is refused.
+    #[test]
+    fn a_state_file_found_at_a_start_guards_against_its_loss() {
+        for content in [serde_json::to_string(&state(3, 1_800_000_000_000, 4)).unwrap(), "not json".to_string()] {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join("worker-3.json"), &content).unwrap();
+            drop(StateFile::open(dir.path(), 3, false));
+            fs::remove_file(dir.path().join("worker-3.json")).unwrap();
+            let err = StateFile::open(dir.path(), 3, false).unwrap_err();
+            assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{content}: {err}");
+        }
     }
 
     #[test]
@@ -411,5 +649,124 @@ mod tests {
         let Reply::WriteRefused { not_ours, current } = reply else { panic!("{reply:?}") };
         assert!(not_ours.is_empty());
         assert_eq!(current[0].stored, Stored::Reserved { until_ms: 1_800_000_009_000, version: Version::At(2) });
+    }
+
+    /// A write of several slots: the compare is all or none, the writes one file after
+    /// another (as the store's docs say). A failure at the second file leaves the first
+    /// written and is reported as of unknown outcome.
+    #[tokio::test]
+    async fn a_write_of_several_slots_that_fails_partway_says_its_outcome_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StandaloneConfig {
+            state_dir: dir.path().to_path_buf(),
+            worker_ids: vec![3, 4],
+            accept_missing_state: false,
+        };
+        let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
+        let writes = |until_ms, expect: [Version; 2]| Request::WriteReservations {
+            session: 1,
+            writes: [3, 4]
+                .into_iter()
+                .zip(expect)
+                .map(|(slot, expect)| Write { slot, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 })
+                .collect(),
+            check_claim: true,
+        };
+        let reply = store.call(writes(1_800_000_005_000, [Version::Absent; 2])).await;
+        assert_eq!(reply, Reply::Written(vec![(3, Version::At(1)), (4, Version::At(1))]));
+        let read = |store: &FileStore| store.files.values().map(|f| f.read().unwrap().unwrap()).collect::<Vec<_>>();
+
+        // One stale version refuses both, touching neither file.
+        let reply = store.call(writes(1_800_000_007_000, [Version::At(1), Version::Absent])).await;
+        assert!(matches!(reply, Reply::WriteRefused { .. }), "{reply:?}");
+        assert!(read(&store).iter().all(|s| s.reserved_until_ms == 1_800_000_005_000));
+
+        // Worker 4's file cannot be written (a directory where its temp file goes).
+        fs::create_dir(dir.path().join("worker-4.json.tmp")).unwrap();
+        let reply = store.call(writes(1_800_000_009_000, [Version::At(1); 2])).await;
+        assert!(matches!(reply, Reply::Failed { outcome: Outcome::Unknown, .. }), "{reply:?}");
+        let on_disk: Vec<i64> = read(&store).iter().map(|s| s.reserved_until_ms).collect();
+        assert_eq!(on_disk, [1_800_000_009_000, 1_800_000_005_000]);
+    }
+
+    /// What a stalled write did, as its hook saw it.
+    struct Stall {
+        reached: mpsc::Receiver<()>,
+        release: mpsc::Sender<()>,
+        returned: mpsc::Receiver<bool>,
+    }
+
+    /// Makes the write of `until_ms` stall at `step` until released.
+    fn stall_write(file: &mut StateFile, until_ms: i64, step: Step) -> Stall {
+        let (reached_tx, reached) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let (returned_tx, returned) = mpsc::channel();
+        let release_rx = Mutex::new(release_rx);
+        let (reached_tx, returned_tx) = (Mutex::new(reached_tx), Mutex::new(returned_tx));
+        file.hook = Hook(Some(Arc::new(move |at, state: &SavedState| {
+            if state.reserved_until_ms != until_ms {
+                return;
+            }
+            if at == step {
+                reached_tx.lock().unwrap().send(()).unwrap();
+                // Bounded: a test that fails elsewhere must not leave a thread stuck here.
+                let _ = release_rx.lock().unwrap().recv_timeout(Duration::from_secs(30));
+            }
+            if let Step::Returned { ok } = at {
+                let _ = returned_tx.lock().unwrap().send(ok);
+            }
+        })));
+        Stall { reached, release, returned }
+    }
+
+    /// Issue 24, finding 2. A write that stalls past the driver's call timeout (its future
+    /// dropped, its blocking thread going on) and the next write, which completes: wherever
+    /// the first one stalled, the file keeps the newer reservation and the stale write
+    /// fails, never lands.
+    #[tokio::test]
+    async fn a_write_that_stalls_past_its_timeout_never_lands_over_a_newer_one() {
+        const LIMIT: Duration = Duration::from_secs(10);
+        for step in [Step::Begun, Step::TempCreated, Step::TempSynced] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = StandaloneConfig {
+                state_dir: dir.path().to_path_buf(),
+                worker_ids: vec![3],
+                accept_missing_state: false,
+            };
+            let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
+            let write = |until_ms, expect| Request::WriteReservations {
+                session: 1,
+                writes: vec![Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 }],
+                check_claim: true,
+            };
+            let reply = store.call(write(1_800_000_005_000, Version::Absent)).await;
+            assert_eq!(reply, Reply::Written(vec![(3, Version::At(1))]));
+
+            let stall = stall_write(Arc::get_mut(store.files.get_mut(&3).unwrap()).unwrap(), 1_800_000_007_000, step);
+            // As the driver does: the call gets a timeout, after which its future is dropped.
+            let timed_out =
+                tokio::time::timeout(Duration::from_millis(50), store.call(write(1_800_000_007_000, Version::At(1))))
+                    .await;
+            assert!(timed_out.is_err(), "{step:?}: the stalled write answered: {timed_out:?}");
+            stall.reached.recv_timeout(LIMIT).unwrap();
+
+            // The keeper reads again (the outcome is unknown), then writes the next reservation.
+            let read = store.call(Request::ReadReservations { slots: vec![3], linearizable: true }).await;
+            let Reply::Reservations(reads) = read else { panic!("{read:?}") };
+            let Some(version) = reads[0].stored.version() else { panic!("{reads:?}") };
+            let reply = store.call(write(1_800_000_009_000, version)).await;
+            let Reply::Written(versions) = reply else { panic!("{step:?}: {reply:?}") };
+
+            stall.release.send(()).unwrap();
+            let landed = stall.returned.recv_timeout(LIMIT).unwrap();
+            let on_disk = StateFile::read(&store.files[&3]);
+            assert!(!landed, "{step:?}: the stale write reported success; the file holds {on_disk:?}");
+            let on_disk = on_disk.unwrap().unwrap();
+            assert_eq!(
+                (on_disk.reserved_until_ms, Version::At(on_disk.revision)),
+                (1_800_000_009_000, versions[0].1),
+                "{step:?}: the stale write landed over the newer one"
+            );
+        }
     }
 }

@@ -114,9 +114,13 @@ pub enum Request {
     /// production: a read served from a member's stale copy could miss the previous holder's
     /// last reservation.
     ReadReservations { slots: Vec<u32>, linearizable: bool },
-    /// Writes reservations (at most [`MAX_WRITES`]), all or none: each only while `session`
-    /// holds its slot (unless the planted defect drops that check) and while its stored
-    /// version is `expect`.
+    /// Writes reservations (at most [`MAX_WRITES`]): each only while `session` holds its slot
+    /// (unless the planted defect drops that check) and while its stored version is
+    /// `expect`. The compare is all or none: when one fails, nothing is written
+    /// ([`Reply::WriteRefused`]). What follows differs by store: etcd applies every write in
+    /// one transaction; the file store replaces one state file after another, each
+    /// atomically, so a failure partway leaves the earlier ones written and the later ones
+    /// not, reported as [`Outcome::Unknown`].
     WriteReservations { session: SessionId, writes: Vec<Write>, check_claim: bool },
     /// Keeps the session alive.
     Renew { session: SessionId },
