@@ -70,6 +70,17 @@ pub const ACTION_BORROWED: &str = "borrowed";
 pub const OPAQUE_ENCODED: &str = "encoded";
 pub const OPAQUE_REVEALED: &str = "revealed";
 
+/// The `reason` label of connections closed on arrival: `--max-connections` were open, or
+/// `--max-connections-per-peer` from the same address.
+pub const REFUSED_MAX_CONNECTIONS: &str = "max_connections";
+pub const REFUSED_PER_PEER: &str = "per_peer";
+
+/// The `stage` label of connections closed for not finishing their handshake within
+/// `--handshake-timeout-ms`: still in TLS, or (TLS done, or none) without the HTTP/2 preface
+/// or a first HTTP/1.1 request line.
+pub const HANDSHAKE_TLS: &str = "tls";
+pub const HANDSHAKE_PROTOCOL: &str = "protocol";
+
 /// All of snowmint's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -102,8 +113,12 @@ pub struct Metrics {
     pub fleet_clock_skew: Gauge,
     /// gRPC connections open now (under `--max-connections`).
     pub connections_open: IntGauge,
-    /// gRPC connections closed on arrival because `--max-connections` were open.
-    pub connections_refused: IntCounter,
+    /// gRPC connections closed on arrival, by [`REFUSED_MAX_CONNECTIONS`] /
+    /// [`REFUSED_PER_PEER`].
+    pub connections_refused: IntCounterVec,
+    /// gRPC connections closed for not finishing their handshake in time, by
+    /// [`HANDSHAKE_TLS`] / [`HANDSHAKE_PROTOCOL`].
+    pub connections_handshake_timeouts: IntCounterVec,
     /// Slot history writes (records appended and closed) by result.
     pub history_writes: IntCounterVec,
     pub history_pruned: IntCounter,
@@ -255,9 +270,20 @@ impl Metrics {
         )
         .unwrap();
         let connections_open = IntGauge::new("snowmint_connections_open", "gRPC client connections open now.").unwrap();
-        let connections_refused = IntCounter::new(
-            "snowmint_connections_refused_total",
-            "gRPC client connections closed on arrival because --max-connections were open.",
+        let connections_refused = IntCounterVec::new(
+            Opts::new(
+                "snowmint_connections_refused_total",
+                "gRPC client connections closed on arrival, by reason: --max-connections were open (max_connections), or --max-connections-per-peer from the same address (per_peer).",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        let connections_handshake_timeouts = IntCounterVec::new(
+            Opts::new(
+                "snowmint_connections_handshake_timeouts_total",
+                "gRPC client connections closed for not finishing their handshake within --handshake-timeout-ms, by stage: TLS (tls), or the HTTP/2 preface or first HTTP/1.1 request line (protocol).",
+            ),
+            &["stage"],
         )
         .unwrap();
         let history_writes = IntCounterVec::new(
@@ -320,6 +346,7 @@ impl Metrics {
             fleet_clock_skew,
             connections_open,
             connections_refused,
+            connections_handshake_timeouts,
             history_writes,
             history_pruned,
             opaque_ids,
@@ -361,6 +388,7 @@ impl Metrics {
             Box::new(self.fleet_clock_skew.clone()),
             Box::new(self.connections_open.clone()),
             Box::new(self.connections_refused.clone()),
+            Box::new(self.connections_handshake_timeouts.clone()),
             Box::new(self.history_writes.clone()),
             Box::new(self.history_pruned.clone()),
             Box::new(self.opaque_ids.clone()),
@@ -390,6 +418,12 @@ impl Metrics {
         }
         for result in [RESULT_OK, RESULT_FAILED, RESULT_DROPPED] {
             self.history_writes.with_label_values(&[result]);
+        }
+        for reason in [REFUSED_MAX_CONNECTIONS, REFUSED_PER_PEER] {
+            self.connections_refused.with_label_values(&[reason]);
+        }
+        for stage in [HANDSHAKE_TLS, HANDSHAKE_PROTOCOL] {
+            self.connections_handshake_timeouts.with_label_values(&[stage]);
         }
         for operation in [OPAQUE_ENCODED, OPAQUE_REVEALED] {
             self.opaque_ids.with_label_values(&[operation]);
@@ -488,6 +522,10 @@ mod tests {
             r#"snowmint_opaque_ids_total{operation="encoded"} 0"#,
             r#"snowmint_opaque_ids_total{operation="revealed"} 0"#,
             "snowmint_opaque_key_version -1",
+            r#"snowmint_connections_refused_total{reason="max_connections"} 0"#,
+            r#"snowmint_connections_refused_total{reason="per_peer"} 0"#,
+            r#"snowmint_connections_handshake_timeouts_total{stage="tls"} 0"#,
+            r#"snowmint_connections_handshake_timeouts_total{stage="protocol"} 0"#,
             r#"snowmint_clock_backward_total{action="refused"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="NextId"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="BatchIds"} 0"#,

@@ -91,6 +91,14 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// gRPC connections open at once; more are closed on arrival.
     pub max_connections: usize,
+    /// gRPC connections one peer address may have open at once (in effect at most
+    /// `max_connections`); more from it are closed on arrival, so one address (a broken
+    /// health check, an attacker) cannot take the whole cap.
+    pub max_connections_per_peer: usize,
+    /// How long a new connection has, from its accept, to finish its TLS handshake (with
+    /// TLS) and send the HTTP/2 preface or its first HTTP/1.1 request line; past it, it is
+    /// closed: a connection that never speaks holds no place under the cap for long.
+    pub handshake_timeout: Duration,
     /// How often an HTTP/2 ping goes to a connection, and how long its answer may take
     /// before the connection is closed: a peer gone without a word (a killed pod, a
     /// partition) frees its connection.
@@ -109,6 +117,8 @@ impl Default for Limits {
             max_request_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(10),
             max_connections: 16_384,
+            max_connections_per_peer: 16_384 / 4,
+            handshake_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
             max_connection_age: Duration::from_secs(30 * 60),
@@ -373,6 +383,7 @@ pub async fn run(
     let incoming = crate::connections::limit(
         TcpIncoming::from(grpc).with_nodelay(Some(true)),
         config.limits.max_connections,
+        config.limits.max_connections_per_peer,
         &metrics,
     );
     // Counted from outside, so that calls refused before a handler runs are counted too.
@@ -390,14 +401,18 @@ pub async fn run(
         .add_service(Protocols::new(grpc_ids, connect_ids));
     let stop_accepting = shutdown.clone().cancelled_owned();
     let serve: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match tls {
-        None => Box::pin(crate::transport::serve(incoming, routes, next_id, limits, stop_accepting)),
-        Some(tls) => Box::pin(crate::transport::serve(
-            crate::tls::incoming(incoming, tls),
-            routes,
-            next_id,
-            limits,
-            stop_accepting,
-        )),
+        None => Box::pin(crate::transport::serve(incoming, routes, next_id, limits, &metrics, stop_accepting)),
+        Some(tls) => {
+            let in_tls = metrics.connections_handshake_timeouts.with_label_values(&[crate::metrics::HANDSHAKE_TLS]);
+            Box::pin(crate::transport::serve(
+                crate::tls::incoming(incoming, tls, limits.handshake_timeout, in_tls),
+                routes,
+                next_id,
+                limits,
+                &metrics,
+                stop_accepting,
+            ))
+        }
     };
     tracing::info!(
         %grpc_addr,

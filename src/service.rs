@@ -154,7 +154,7 @@ impl Service {
         let Some(keys) = keys else { return Ok(NextIdResponse { id, ..Default::default() }) };
         let opaque = keys.encode(id)?;
         self.encoded.inc();
-        Ok(NextIdResponse { id: opaque.value, text: opaque.to_string() })
+        Ok(NextIdResponse { id: opaque.value, text: opaque.to_string(), key_version: opaque.key_version })
     }
 
     /// `BatchIds`: `count` IDs, or with `opaque` their opaque forms, answered within `timeout`
@@ -173,19 +173,21 @@ impl Service {
         self.metrics.batch_size.observe(f64::from(count));
         let mut ids = self.minter.batch(count as usize, connection, timeout).await?;
         let Some(keys) = keys else { return Ok(BatchIdsResponse { ids, ..Default::default() }) };
+        // One key for the whole batch, so that the one `key_version` of the answer is every
+        // value's.
+        let key = keys.current();
         let mut texts = Vec::with_capacity(ids.len());
         for chunk in ids.chunks_mut(ENCODE_CHUNK) {
             for id in chunk {
-                let opaque = keys.encode(*id)?;
-                *id = opaque.value;
-                texts.push(opaque.to_string());
+                *id = key.encode(*id)?;
+                texts.push(OpaqueId { key_version: key.version(), value: *id }.to_string());
             }
             if texts.len() < count as usize {
                 tokio::task::yield_now().await;
             }
         }
         self.encoded.inc_by(u64::from(count));
-        Ok(BatchIdsResponse { ids, texts })
+        Ok(BatchIdsResponse { ids, texts, key_version: key.version() })
     }
 
     /// `Decode`: the ID's parts, with the server's layout or a named one; an opaque ID
@@ -195,7 +197,7 @@ impl Service {
         let DecodeRequest { id, layout, provenance, text, opaque, key_version } = request;
         let id = if opaque || !text.is_empty() {
             self.reveal(opaque_of(id, key_version, &text)?)?
-        } else if key_version != 0 {
+        } else if key_version.is_some() {
             return Err(ServiceError::OpaqueRequest("`key_version` is for an opaque `id`: set `opaque` as well"));
         } else {
             id
@@ -231,11 +233,20 @@ impl Service {
 }
 
 /// The opaque ID a request names: its `text`, or its `id` with `key_version`, never both.
-fn opaque_of(id: u64, key_version: u32, text: &str) -> Result<OpaqueId, ServiceError> {
+///
+/// A value is taken only with its version, as the string form carries it: values are unique
+/// per key version only, so a value revealed with a version guessed (the default 0) could be
+/// revealed into another ID, and nothing would say so.
+fn opaque_of(id: u64, key_version: Option<u32>, text: &str) -> Result<OpaqueId, ServiceError> {
     if text.is_empty() {
+        let Some(key_version) = key_version else {
+            return Err(ServiceError::OpaqueRequest(
+                "an opaque `id` needs its `key_version` (NextId and BatchIds answer it beside the value): a value is unique only within its key version; or give the opaque ID's `text`",
+            ));
+        };
         return Ok(OpaqueId::new(key_version, id)?);
     }
-    if id != 0 || key_version != 0 {
+    if id != 0 || key_version.is_some() {
         return Err(ServiceError::OpaqueRequest("give an opaque ID's `text` alone, or its `id` and `key_version`"));
     }
     Ok(OpaqueId::parse(text).map_err(OpaqueError::from)?)

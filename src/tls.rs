@@ -4,12 +4,15 @@
 //! tonic's own TLS offers only `h2` by ALPN, so an HTTP/1.1 client (a Connect call from `curl
 //! --http1.1`, a browser) could not agree on a protocol. Here the server offers `h2` and
 //! `http/1.1`, and the connection serves whichever the client picked (the server tells them
-//! apart by the HTTP/2 preface). Handshakes run concurrently, each bounded in time, so a slow
-//! or silent client holds no other connection up.
+//! apart by the HTTP/2 preface). Handshakes run concurrently, each bounded by the
+//! connection's handshake bound (`--handshake-timeout-ms` from its accept, the same bound the
+//! HTTP/2 preface must then arrive within), so a slow or silent client holds no other
+//! connection up, nor its own place under the caps for long.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::ServerConfig;
@@ -21,8 +24,14 @@ use tokio_rustls::{TlsAcceptor, rustls};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-/// The longest a TLS handshake may take.
-const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+use crate::connections::Accepted;
+
+/// A TLS session's handshake bound counts from the accept of the connection beneath it.
+impl<C: Accepted> Accepted for TlsStream<C> {
+    fn accepted_at(&self) -> tokio::time::Instant {
+        self.get_ref().0.accepted_at()
+    }
+}
 
 /// The server's TLS configuration from PEM: its certificate chain and key, and with
 /// `client_ca` the CA that client certificates must chain to (mutual TLS). ALPN offers HTTP/2
@@ -53,12 +62,18 @@ pub fn server_config(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> Resul
     Ok(Arc::new(config))
 }
 
-/// The connections accepted on `tcp` that completed a TLS handshake with `config`. Accepting
-/// stops, and the listener closes, once the stream is dropped.
-pub fn incoming<S, C>(tcp: S, config: Arc<ServerConfig>) -> ReceiverStream<Result<TlsStream<C>, std::io::Error>>
+/// The connections accepted on `tcp` that completed a TLS handshake with `config` within
+/// `bound` of their accept; the others are closed, and those that ran out of time counted in
+/// `timed_out`. Accepting stops, and the listener closes, once the stream is dropped.
+pub fn incoming<S, C>(
+    tcp: S,
+    config: Arc<ServerConfig>,
+    bound: Duration,
+    timed_out: IntCounter,
+) -> ReceiverStream<Result<TlsStream<C>, std::io::Error>>
 where
     S: Stream<Item = std::io::Result<C>> + Send + 'static,
-    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    C: AsyncRead + AsyncWrite + Accepted + Unpin + Send + 'static,
 {
     let mut tcp = Box::pin(tcp);
     let (tx, rx) = mpsc::channel(64);
@@ -76,14 +91,18 @@ where
                 },
                 () = tx.closed() => break,
             };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (acceptor, tx, timed_out) = (acceptor.clone(), tx.clone(), timed_out.clone());
+            let by = stream.accepted_at() + bound;
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_LIMIT, acceptor.accept(stream)).await {
+                match tokio::time::timeout_at(by, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
                     }
                     Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!("TLS handshake took too long"),
+                    Err(_) => {
+                        timed_out.inc();
+                        tracing::debug!("TLS handshake not done within --handshake-timeout-ms");
+                    }
                 }
             });
         }

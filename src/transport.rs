@@ -14,6 +14,9 @@
 //!   in its own way: [`NextIdPath`]);
 //! - `--max-connection-age`: past it a connection is told to go away (GOAWAY), and closed
 //!   once its calls in flight had `max_connection_age_grace` more to finish;
+//! - `--handshake-timeout-ms`: a connection that has not sent the HTTP/2 preface or its
+//!   first HTTP/1.1 request line by then, counted from its accept (so TLS's handshake counts
+//!   too), is closed and counted ([`crate::connections`]);
 //! - the peer's address (and TLS session) in every request's extensions, where tonic's
 //!   handlers read it;
 //! - on shutdown: accepting stops and the listener closes at once, every connection is told
@@ -28,6 +31,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,6 +41,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -46,6 +51,8 @@ use tonic::service::Routes;
 use tonic::transport::server::Connected;
 use tower_service::Service as _;
 
+use crate::connections::{Accepted, Watched};
+use crate::metrics::{HANDSHAKE_PROTOCOL, Metrics};
 use crate::minter::ConnectionKey;
 use crate::next_path::{NextIdBody, NextIdPath};
 use crate::server::Limits;
@@ -58,10 +65,11 @@ pub async fn serve<I, IO, E>(
     routes: Routes,
     next_id: Arc<NextIdPath>,
     limits: &Limits,
+    metrics: &Metrics,
     stop: impl Future<Output = ()>,
 ) where
     I: Stream<Item = Result<IO, E>>,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Accepted + Unpin + Send + 'static,
     IO::ConnectInfo: Clone + Send + Sync + 'static,
     E: std::fmt::Display,
 {
@@ -76,6 +84,7 @@ pub async fn serve<I, IO, E>(
         .keep_alive_timeout(limits.keepalive_timeout)
         .auto_date_header(false);
     let routes = routes.prepare();
+    let unopened = metrics.connections_handshake_timeouts.with_label_values(&[HANDSHAKE_PROTOCOL]);
     let (closing, closed) = watch::channel(());
     // The connections' tasks: dropped with this future, they end too, so a server given up
     // on after its shutdown grace leaves no connection behind.
@@ -100,29 +109,43 @@ pub async fn serve<I, IO, E>(
             };
             let dispatch = Dispatch::new(io.connect_info(), routes.clone(), next_id.clone(), limits.request_timeout);
             let age = (limits.max_connection_age, limits.request_timeout);
-            connections.spawn(serve_connection(builder.clone(), io, dispatch, closed.clone(), age));
+            let bound = HandshakeBound { by: io.accepted_at() + limits.handshake_timeout, timed_out: unopened.clone() };
+            connections.spawn(serve_connection(builder.clone(), io, dispatch, closed.clone(), age, bound));
         }
     }
     let _ = closing.send(());
     while connections.join_next().await.is_some() {}
 }
 
+/// The handshake bound of one connection.
+struct HandshakeBound {
+    /// The instant by which it must have opened: its accept plus `--handshake-timeout-ms`.
+    by: tokio::time::Instant,
+    /// `snowmint_connections_handshake_timeouts_total{stage="protocol"}`.
+    timed_out: IntCounter,
+}
+
 /// Serves one connection until it closes: told to go away at shutdown (a change on
-/// `closing`) or past its age, and closed at once when its calls outlast the age's grace.
+/// `closing`) or past its age, closed at once when its calls outlast the age's grace, and
+/// closed (and counted) when it has not opened by its handshake bound.
 async fn serve_connection<IO, C>(
     builder: auto::Builder<TokioExecutor>,
     io: IO,
     dispatch: Dispatch<C>,
     mut closing: watch::Receiver<()>,
     (max_age, grace): (Duration, Duration),
+    handshake: HandshakeBound,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     C: Clone + Send + Sync + 'static,
 {
+    let (io, opened) = Watched::new(io);
     let mut connection = pin!(builder.serve_connection(TokioIo::new(io), dispatch));
     let aged = tokio::time::sleep(max_age);
     let mut aged = pin!(aged);
-    let mut told = false;
+    let bound = tokio::time::sleep_until(handshake.by);
+    let mut bound = pin!(bound);
+    let (mut told, mut open) = (false, false);
     loop {
         tokio::select! {
             served = connection.as_mut() => {
@@ -140,6 +163,12 @@ async fn serve_connection<IO, C>(
                 connection.as_mut().graceful_shutdown();
                 aged.as_mut().reset(tokio::time::Instant::now() + grace);
             }
+            () = &mut bound, if !open => {
+                if !has_opened(&opened, &handshake) {
+                    return;
+                }
+                open = true;
+            }
             _ = closing.changed(), if !told => {
                 // Shutdown: no age applies any more, only the server's own grace, which its
                 // caller keeps.
@@ -149,6 +178,19 @@ async fn serve_connection<IO, C>(
             }
         }
     }
+}
+
+/// Whether the connection has opened by its bound; counted when it has not, and then closed
+/// by the caller. The rule: no connection holds its place under the caps for longer than
+/// `--handshake-timeout-ms` without having spoken HTTP (hyper itself would wait for its
+/// first bytes for ever).
+fn has_opened(opened: &AtomicBool, handshake: &HandshakeBound) -> bool {
+    if opened.load(Ordering::Acquire) {
+        return true;
+    }
+    handshake.timed_out.inc();
+    tracing::debug!("closed a connection that did not open within --handshake-timeout-ms");
+    false
 }
 
 /// One connection's requests: `NextId` to its own path, the rest to tonic's routes.

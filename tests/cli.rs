@@ -58,6 +58,16 @@ fn bad_configuration_exits_with_one_clear_line() {
         (&["--worker-id", "0-3", "--slots", "2"], "--slots 2 is for etcd mode"),
         (&["--worker-bits", "2", "--worker-id", "0-4"], "--worker-id 4 does not fit --worker-bits 2"),
         (&["--listen", "not-an-address"], "--listen"),
+        (&["--handshake-timeout-ms", "0"], "--handshake-timeout-ms"),
+        (&["--handshake-timeout-ms", "120001"], "--handshake-timeout-ms must be at most 120000"),
+        (&["--handshake-timeout-ms", "ten"], "--handshake-timeout-ms"),
+        (&["--max-connections-per-peer", "0"], "--max-connections-per-peer"),
+        (&["--max-connections-per-peer", "many"], "--max-connections-per-peer"),
+        (
+            &["--max-connections", "8", "--max-connections-per-peer", "9"],
+            "--max-connections-per-peer 9 is more than --max-connections 8",
+        ),
+        (&["--max-connections-per-peer", "16385"], "is more than --max-connections 16384"),
         (&["--log-format", "xml"], "--log-format"),
     ];
     for (args, expected) in cases {

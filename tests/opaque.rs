@@ -106,7 +106,7 @@ async fn a_million_opaque_ids_are_unique_reveal_to_their_ids_and_show_no_order()
     let layout = snowmint::layout::Layout::default_snowmint();
     assert!(ids.iter().all(|&id| layout.unpack(id).worker == 5));
     for i in (0..TOTAL).step_by(TOTAL / 200) {
-        let by_value = RevealRequest { id: values[i], key_version: 1, ..Default::default() };
+        let by_value = RevealRequest { id: values[i], key_version: Some(1), ..Default::default() };
         let revealed = client.reveal(by_value).await.unwrap().into_inner();
         assert_eq!((revealed.id, revealed.key_version), (ids[i], 1));
         let by_text = RevealRequest { text: texts[i].to_lowercase(), ..Default::default() };
@@ -137,7 +137,7 @@ async fn without_a_key_opaque_requests_fail_with_failed_precondition_naming_the_
         client.next_id(NextIdRequest { opaque: true }).await.unwrap_err(),
         client.batch_ids(BatchIdsRequest { count: 10, opaque: true }).await.unwrap_err(),
         client.reveal(RevealRequest { text: text.clone(), ..Default::default() }).await.unwrap_err(),
-        client.reveal(RevealRequest { id: 12345, ..Default::default() }).await.unwrap_err(),
+        client.reveal(RevealRequest { id: 12345, key_version: Some(0), ..Default::default() }).await.unwrap_err(),
         client.decode(DecodeRequest { text, ..Default::default() }).await.unwrap_err(),
     ];
     for status in statuses {
@@ -162,23 +162,26 @@ async fn malformed_opaque_requests_are_invalid_arguments_that_say_why() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), &[(0, KEY_0)]).await;
     let mut client = server.client().await;
-    let reveal = |text: &str, id: u64, key_version: u32| RevealRequest { id, key_version, text: text.to_string() };
+    let reveal =
+        |text: &str, id: u64, key_version: Option<u32>| RevealRequest { id, key_version, text: text.to_string() };
     let cases = [
-        (reveal("0ABC", 0, 0), "not 14"),
-        (reveal("0000000000000U", 0, 0), "'U' (character 14)"),
-        (reveal("08000000000000", 0, 0), "2^63"),
-        (reveal("30000000000000", 0, 0), "key version 3 is not among the opaque keys (versions 0)"),
-        (reveal("", 5, 7), "key version 7 is not among"),
-        (reveal("", 1 << 63, 0), "below 2^63"),
-        (reveal("", 0, 40), "not between 0 and 31"),
-        (reveal("00000000000000", 5, 0), "`text` alone"),
+        (reveal("0ABC", 0, None), "not 14"),
+        (reveal("0000000000000U", 0, None), "'U' (character 14)"),
+        (reveal("08000000000000", 0, None), "2^63"),
+        (reveal("30000000000000", 0, None), "key version 3 is not among the opaque keys (versions 0)"),
+        (reveal("", 5, Some(7)), "key version 7 is not among"),
+        (reveal("", 1 << 63, Some(0)), "below 2^63"),
+        (reveal("", 0, Some(40)), "not between 0 and 31"),
+        (reveal("00000000000000", 5, None), "`text` alone"),
+        (reveal("00000000000000", 0, Some(0)), "`text` alone"),
+        (reveal("", 5, None), "needs its `key_version`"),
     ];
     for (request, says) in cases {
         let status = client.reveal(request.clone()).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{request:?}: {status:?}");
         assert!(status.message().contains(says), "{request:?}: {}", status.message());
     }
-    let status = client.decode(DecodeRequest { id: 5, key_version: 1, ..Default::default() }).await.unwrap_err();
+    let status = client.decode(DecodeRequest { id: 5, key_version: Some(1), ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("set `opaque`"), "{}", status.message());
     server.stop().await;
@@ -197,13 +200,57 @@ async fn decode_reveals_an_opaque_id_first() {
     let by_text =
         client.decode(DecodeRequest { text: opaque.text.clone(), ..Default::default() }).await.unwrap().into_inner();
     let by_value = client
-        .decode(DecodeRequest { id: opaque.id, opaque: true, key_version: 4, ..Default::default() })
+        .decode(DecodeRequest { id: opaque.id, opaque: true, key_version: Some(4), ..Default::default() })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(by_text, plain);
     assert_eq!(by_value, plain);
     assert_eq!(plain.worker_id, 5);
+    server.stop().await;
+}
+
+/// Opaque values are unique per key version only, so every answer that carries them says
+/// the version, and Reveal and Decode take a value only with its version: without it, a value
+/// the new key made would be revealed with the old key into another ID, and nothing would say.
+#[tokio::test]
+async fn numeric_opaque_ids_come_with_their_key_version_and_need_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &[(0, KEY_0), (1, KEY_1)]).await;
+    let mut client = server.client().await;
+    let one = client.next_id(NextIdRequest { opaque: true }).await.unwrap().into_inner();
+    assert_eq!(one.key_version, 1, "NextId did not say the key version: {one:?}");
+    assert_eq!(OpaqueId::parse(&one.text).unwrap(), OpaqueId { key_version: 1, value: one.id });
+    let batch = client.batch_ids(BatchIdsRequest { count: 100, opaque: true }).await.unwrap().into_inner();
+    assert_eq!(batch.key_version, 1, "BatchIds did not say the key version");
+    for (&value, text) in batch.ids.iter().zip(&batch.texts) {
+        assert_eq!(OpaqueId::parse(text).unwrap(), OpaqueId { key_version: 1, value }, "{text}");
+    }
+    let plain = client.next_id(NextIdRequest::default()).await.unwrap().into_inner();
+    assert_eq!((plain.key_version, plain.text.as_str()), (0, ""), "a plain answer with a key version");
+
+    let beneath = keyring(&[(1, KEY_1)]).reveal(OpaqueId { key_version: 1, value: one.id }).unwrap();
+    // The same number under the old key is another ID: what the number alone would reveal.
+    let under_old = keyring(&[(0, KEY_0)]).reveal(OpaqueId { key_version: 0, value: one.id }).unwrap();
+    assert_ne!(under_old, beneath);
+    let with_version = RevealRequest { id: one.id, key_version: Some(1), ..Default::default() };
+    assert_eq!(client.reveal(with_version).await.unwrap().into_inner().id, beneath);
+    let alone = client.reveal(RevealRequest { id: one.id, ..Default::default() }).await;
+    let status = alone.expect_err("a value without its key version was revealed");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("needs its `key_version`"), "{}", status.message());
+    // Version 0, given, is a version as any other.
+    let old = RevealRequest { id: one.id, key_version: Some(0), ..Default::default() };
+    assert_eq!(
+        client.reveal(old).await.unwrap().into_inner(),
+        snowmint::proto::RevealResponse { id: under_old, key_version: 0 }
+    );
+
+    let decode = |key_version| DecodeRequest { id: one.id, opaque: true, key_version, ..Default::default() };
+    assert_eq!(client.decode(decode(Some(1))).await.unwrap().into_inner().id, beneath);
+    let status = client.decode(decode(None)).await.expect_err("a value without its key version was decoded");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("needs its `key_version`"), "{}", status.message());
     server.stop().await;
 }
 
@@ -229,7 +276,7 @@ async fn key_rotation_keeps_strings_unique_and_retires_old_ones_clearly() {
         let by_text = client.reveal(RevealRequest { text: text.clone(), ..Default::default() }).await.unwrap();
         let by_text = by_text.into_inner();
         assert_eq!(by_text.key_version, version);
-        let by_value = RevealRequest { id: *value, key_version: version, ..Default::default() };
+        let by_value = RevealRequest { id: *value, key_version: Some(version), ..Default::default() };
         assert_eq!(client.reveal(by_value).await.unwrap().into_inner().id, by_text.id);
         revealed.push(by_text.id);
     }
@@ -306,8 +353,12 @@ async fn the_binary_serves_opaque_ids_over_connect_json_and_decode_reveals_them(
     let next = post("NextId", r#"{"opaque":true}"#);
     let (value, text) = (next["id"].as_str().unwrap().to_string(), next["text"].as_str().unwrap().to_string());
     assert!(text.starts_with('2') && text.len() == 14, "{next}");
+    assert_eq!(next["keyVersion"], 2, "{next}");
     let batch = post("BatchIds", r#"{"count":3,"opaque":true}"#);
     assert_eq!(batch["texts"].as_array().unwrap().len(), 3, "{batch}");
+    assert_eq!(batch["keyVersion"], 2, "{batch}");
+    let alone = post("Reveal", &format!(r#"{{"id":"{value}"}}"#));
+    assert_eq!(alone["code"], "invalid_argument", "{alone}");
 
     let revealed = post("Reveal", &format!(r#"{{"text":"{}"}}"#, text.to_lowercase()));
     let id = revealed["id"].as_str().unwrap().to_string();
@@ -326,7 +377,7 @@ async fn the_binary_serves_opaque_ids_over_connect_json_and_decode_reveals_them(
             &format!(r#"snowmint_requests_total{{code="{code}",method="Reveal",protocol="connect"}}"#),
         )
     };
-    assert_eq!((count("OK"), count("InvalidArgument")), (2.0, 1.0));
+    assert_eq!((count("OK"), count("InvalidArgument")), (2.0, 2.0));
     assert_eq!(metric_value(&metrics, "snowmint_opaque_key_version"), 2.0);
 
     let logs = server.drain_logs().join("\n");

@@ -19,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 use super::flags::{EtcdArgs, LayoutArgs, parse_ms, parse_nonzero_ms, parse_retention};
 use super::opaque::read_key_file;
 
+/// The longest `--handshake-timeout-ms` accepted: gRPC-Go's server allows a new connection
+/// two minutes for its handshake by default; more only keeps silent connections longer.
+const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -173,6 +177,17 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_MAX_CONNECTIONS", default_value_t = 16_384,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// gRPC connections one peer address may have open at once, at most --max-connections;
+    /// past it a new connection from that address is closed on arrival. Default: a quarter of
+    /// --max-connections (at least 1). Behind a proxy or NAT that shows many clients as one
+    /// address, raise it (up to --max-connections).
+    #[arg(long, env = "SNOWMINT_MAX_CONNECTIONS_PER_PEER", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_peer: Option<u32>,
+    /// How long a new connection has to finish its TLS handshake (with TLS) and send the
+    /// HTTP/2 preface or its first HTTP/1.1 request line, in ms (1 to 120000); past it, it is
+    /// closed and counted.
+    #[arg(long, env = "SNOWMINT_HANDSHAKE_TIMEOUT_MS", default_value = "10000", value_parser = parse_nonzero_ms)]
+    pub handshake_timeout_ms: Duration,
     /// How often an HTTP/2 ping checks each connection's peer, in ms.
     #[arg(long, env = "SNOWMINT_KEEPALIVE_INTERVAL_MS", default_value = "60000", value_parser = parse_nonzero_ms)]
     pub keepalive_interval_ms: Duration,
@@ -258,6 +273,13 @@ impl ServeArgs {
                 self.max_outstanding_ids, self.max_batch
             ));
         }
+        let max_connections_per_peer = self.max_connections_per_peer()?;
+        if self.handshake_timeout_ms > MAX_HANDSHAKE_TIMEOUT {
+            return Err(format!(
+                "--handshake-timeout-ms must be at most {} (two minutes, gRPC-Go's own bound)",
+                MAX_HANDSHAKE_TIMEOUT.as_millis()
+            ));
+        }
         let opaque = self.opaque_key_file.as_deref().map(read_key_file).transpose()?.map(Arc::new);
         let worker = if self.etcd.etcd_endpoints.is_empty() {
             WorkerConfig::Standalone(StandaloneConfig {
@@ -293,12 +315,27 @@ impl ServeArgs {
                 max_request_bytes: self.max_request_bytes as usize,
                 request_timeout: self.request_timeout_ms,
                 max_connections: self.max_connections as usize,
+                max_connections_per_peer,
+                handshake_timeout: self.handshake_timeout_ms,
                 keepalive_interval: self.keepalive_interval_ms,
                 keepalive_timeout: self.keepalive_timeout_ms,
                 max_connection_age: self.max_connection_age_ms,
             },
             opaque,
         })
+    }
+
+    /// `--max-connections-per-peer`, or its default: a quarter of `--max-connections`, so
+    /// that one address leaves three quarters of the cap to the others.
+    fn max_connections_per_peer(&self) -> Result<usize, String> {
+        match self.max_connections_per_peer {
+            None => Ok((self.max_connections as usize / 4).max(1)),
+            Some(n) if n > self.max_connections => Err(format!(
+                "--max-connections-per-peer {n} is more than --max-connections {}: give at most that",
+                self.max_connections
+            )),
+            Some(n) => Ok(n as usize),
+        }
     }
 
     fn etcd_config(&self, layout: &Layout, slots: usize) -> Result<EtcdConfig, String> {

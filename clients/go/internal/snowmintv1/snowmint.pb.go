@@ -73,11 +73,15 @@ func (x *NextIdRequest) GetOpaque() bool {
 type NextIdResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The ID; with `opaque`, the opaque value: a positive 63-bit integer, unique per key
-	// version.
+	// version only (after a key rotation the same value can stand for two IDs): keep it with
+	// `key_version`, or keep `text`.
 	Id uint64 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
 	// With `opaque`: the string form for URLs, Crockford base32 of the key version and the
 	// opaque value; unique across key versions.
-	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// With `opaque`: the version of the key that made `id`, to give back with it to Reveal
+	// and Decode.
+	KeyVersion    uint32 `protobuf:"varint,3,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +128,13 @@ func (x *NextIdResponse) GetText() string {
 		return x.Text
 	}
 	return ""
+}
+
+func (x *NextIdResponse) GetKeyVersion() uint32 {
+	if x != nil {
+		return x.KeyVersion
+	}
+	return 0
 }
 
 type BatchIdsRequest struct {
@@ -184,7 +195,9 @@ type BatchIdsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ids   []uint64               `protobuf:"fixed64,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	// With `opaque`: the string form of each of `ids`, in the same order.
-	Texts         []string `protobuf:"bytes,2,rep,name=texts,proto3" json:"texts,omitempty"`
+	Texts []string `protobuf:"bytes,2,rep,name=texts,proto3" json:"texts,omitempty"`
+	// With `opaque`: the version of the key that made every one of `ids`.
+	KeyVersion    uint32 `protobuf:"varint,3,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -233,6 +246,13 @@ func (x *BatchIdsResponse) GetTexts() []string {
 	return nil
 }
 
+func (x *BatchIdsResponse) GetKeyVersion() uint32 {
+	if x != nil {
+		return x.KeyVersion
+	}
+	return 0
+}
+
 type DecodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -243,9 +263,10 @@ type DecodeRequest struct {
 	Provenance bool `protobuf:"varint,3,opt,name=provenance,proto3" json:"provenance,omitempty"`
 	// An opaque ID's string form, decoded in place of `id` once revealed with the server's key.
 	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
-	// `id` is an opaque value (of key version `key_version`), revealed before decoding.
-	Opaque        bool   `protobuf:"varint,5,opt,name=opaque,proto3" json:"opaque,omitempty"`
-	KeyVersion    uint32 `protobuf:"varint,6,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
+	// `id` is an opaque value (of key version `key_version`, which it needs: a value alone
+	// does not say which key made it), revealed before decoding.
+	Opaque        bool    `protobuf:"varint,5,opt,name=opaque,proto3" json:"opaque,omitempty"`
+	KeyVersion    *uint32 `protobuf:"varint,6,opt,name=key_version,json=keyVersion,proto3,oneof" json:"key_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,8 +337,8 @@ func (x *DecodeRequest) GetOpaque() bool {
 }
 
 func (x *DecodeRequest) GetKeyVersion() uint32 {
-	if x != nil {
-		return x.KeyVersion
+	if x != nil && x.KeyVersion != nil {
+		return *x.KeyVersion
 	}
 	return 0
 }
@@ -583,9 +604,10 @@ func (x *Provenance) GetClosedAtMs() int64 {
 
 type RevealRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The opaque value, of key version `key_version`; or leave it 0 and give `text`.
-	Id         uint64 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
-	KeyVersion uint32 `protobuf:"varint,2,opt,name=key_version,json=keyVersion,proto3" json:"key_version,omitempty"`
+	// The opaque value, of key version `key_version` (needed with it: a value alone does not
+	// say which key made it); or leave both unset and give `text`.
+	Id         uint64  `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
+	KeyVersion *uint32 `protobuf:"varint,2,opt,name=key_version,json=keyVersion,proto3,oneof" json:"key_version,omitempty"`
 	// An opaque ID's string form, which carries its key version.
 	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -630,8 +652,8 @@ func (x *RevealRequest) GetId() uint64 {
 }
 
 func (x *RevealRequest) GetKeyVersion() uint32 {
-	if x != nil {
-		return x.KeyVersion
+	if x != nil && x.KeyVersion != nil {
+		return *x.KeyVersion
 	}
 	return 0
 }
@@ -702,16 +724,20 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\n" +
 	"\x1asnowmint/v1/snowmint.proto\x12\vsnowmint.v1\"'\n" +
 	"\rNextIdRequest\x12\x16\n" +
-	"\x06opaque\x18\x01 \x01(\bR\x06opaque\"4\n" +
+	"\x06opaque\x18\x01 \x01(\bR\x06opaque\"U\n" +
 	"\x0eNextIdResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"?\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x1f\n" +
+	"\vkey_version\x18\x03 \x01(\rR\n" +
+	"keyVersion\"?\n" +
 	"\x0fBatchIdsRequest\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\rR\x05count\x12\x16\n" +
-	"\x06opaque\x18\x02 \x01(\bR\x06opaque\":\n" +
+	"\x06opaque\x18\x02 \x01(\bR\x06opaque\"[\n" +
 	"\x10BatchIdsResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x06R\x03ids\x12\x14\n" +
-	"\x05texts\x18\x02 \x03(\tR\x05texts\"\xa4\x01\n" +
+	"\x05texts\x18\x02 \x03(\tR\x05texts\x12\x1f\n" +
+	"\vkey_version\x18\x03 \x01(\rR\n" +
+	"keyVersion\"\xb9\x01\n" +
 	"\rDecodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1e\n" +
@@ -719,9 +745,10 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"provenance\x18\x03 \x01(\bR\n" +
 	"provenance\x12\x12\n" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12\x16\n" +
-	"\x06opaque\x18\x05 \x01(\bR\x06opaque\x12\x1f\n" +
-	"\vkey_version\x18\x06 \x01(\rR\n" +
-	"keyVersion\"\xd7\x01\n" +
+	"\x06opaque\x18\x05 \x01(\bR\x06opaque\x12$\n" +
+	"\vkey_version\x18\x06 \x01(\rH\x00R\n" +
+	"keyVersion\x88\x01\x01B\x0e\n" +
+	"\f_key_version\"\xd7\x01\n" +
 	"\x0eDecodeResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x1b\n" +
@@ -749,12 +776,13 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\bfloor_ms\x18\f \x01(\x03R\afloorMs\x12.\n" +
 	"\x13last_reservation_ms\x18\r \x01(\x03R\x11lastReservationMs\x12 \n" +
 	"\fclosed_at_ms\x18\x0e \x01(\x03R\n" +
-	"closedAtMs\"T\n" +
+	"closedAtMs\"i\n" +
 	"\rRevealRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x1f\n" +
-	"\vkey_version\x18\x02 \x01(\rR\n" +
-	"keyVersion\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"A\n" +
+	"\x02id\x18\x01 \x01(\x06R\x02id\x12$\n" +
+	"\vkey_version\x18\x02 \x01(\rH\x00R\n" +
+	"keyVersion\x88\x01\x01\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04textB\x0e\n" +
+	"\f_key_version\"A\n" +
 	"\x0eRevealResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x1f\n" +
 	"\vkey_version\x18\x02 \x01(\rR\n" +
@@ -812,6 +840,8 @@ func file_snowmint_v1_snowmint_proto_init() {
 	if File_snowmint_v1_snowmint_proto != nil {
 		return
 	}
+	file_snowmint_v1_snowmint_proto_msgTypes[4].OneofWrappers = []any{}
+	file_snowmint_v1_snowmint_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

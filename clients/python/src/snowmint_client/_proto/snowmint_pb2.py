@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asnowmint/v1/snowmint.proto\x12\x0bsnowmint.v1\"\x1f\n\rNextIdRequest\x12\x0e\n\x06opaque\x18\x01 \x01(\x08\"*\n\x0eNextIdResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0c\n\x04text\x18\x02 \x01(\t\"0\n\x0f\x42\x61tchIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12\x0e\n\x06opaque\x18\x02 \x01(\x08\".\n\x10\x42\x61tchIdsResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x06\x12\r\n\x05texts\x18\x02 \x03(\t\"r\n\rDecodeRequest\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12\x12\n\nprovenance\x18\x03 \x01(\x08\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06opaque\x18\x05 \x01(\x08\x12\x13\n\x0bkey_version\x18\x06 \x01(\r\"\x9d\x01\n\x0e\x44\x65\x63odeResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\r\x12\x10\n\x08sequence\x18\x04 \x01(\r\x12\x0c\n\x04time\x18\x05 \x01(\t\x12\x0e\n\x06layout\x18\x06 \x01(\t\x12+\n\nprovenance\x18\x07 \x01(\x0b\x32\x17.snowmint.v1.Provenance\"\x8d\x02\n\nProvenance\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06record\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\r\x12\x10\n\x08hostname\x18\x05 \x01(\t\x12\x0b\n\x03pod\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x15\n\rstarted_at_ms\x18\t \x01(\x03\x12\r\n\x05lease\x18\n \x01(\x03\x12\x15\n\rclaimed_at_ms\x18\x0b \x01(\x03\x12\x10\n\x08\x66loor_ms\x18\x0c \x01(\x03\x12\x1b\n\x13last_reservation_ms\x18\r \x01(\x03\x12\x14\n\x0c\x63losed_at_ms\x18\x0e \x01(\x03\">\n\rRevealRequest\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x13\n\x0bkey_version\x18\x02 \x01(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\"1\n\x0eRevealResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x13\n\x0bkey_version\x18\x02 \x01(\r2\x9d\x02\n\tIdService\x12\x41\n\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n\x08\x42\x61tchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12\x41\n\x06\x44\x65\x63ode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponse\x12\x41\n\x06Reveal\x12\x1a.snowmint.v1.RevealRequest\x1a\x1b.snowmint.v1.RevealResponseBj\n\x0f\x64\x65v.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asnowmint/v1/snowmint.proto\x12\x0bsnowmint.v1\"\x1f\n\rNextIdRequest\x12\x0e\n\x06opaque\x18\x01 \x01(\x08\"?\n\x0eNextIdResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bkey_version\x18\x03 \x01(\r\"0\n\x0f\x42\x61tchIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12\x0e\n\x06opaque\x18\x02 \x01(\x08\"C\n\x10\x42\x61tchIdsResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x06\x12\r\n\x05texts\x18\x02 \x03(\t\x12\x13\n\x0bkey_version\x18\x03 \x01(\r\"\x87\x01\n\rDecodeRequest\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12\x12\n\nprovenance\x18\x03 \x01(\x08\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06opaque\x18\x05 \x01(\x08\x12\x18\n\x0bkey_version\x18\x06 \x01(\rH\x00\x88\x01\x01\x42\x0e\n\x0c_key_version\"\x9d\x01\n\x0e\x44\x65\x63odeResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x0f\n\x07unix_ms\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\r\x12\x10\n\x08sequence\x18\x04 \x01(\r\x12\x0c\n\x04time\x18\x05 \x01(\t\x12\x0e\n\x06layout\x18\x06 \x01(\t\x12+\n\nprovenance\x18\x07 \x01(\x0b\x32\x17.snowmint.v1.Provenance\"\x8d\x02\n\nProvenance\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06record\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\r\x12\x10\n\x08hostname\x18\x05 \x01(\t\x12\x0b\n\x03pod\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x15\n\rstarted_at_ms\x18\t \x01(\x03\x12\r\n\x05lease\x18\n \x01(\x03\x12\x15\n\rclaimed_at_ms\x18\x0b \x01(\x03\x12\x10\n\x08\x66loor_ms\x18\x0c \x01(\x03\x12\x1b\n\x13last_reservation_ms\x18\r \x01(\x03\x12\x14\n\x0c\x63losed_at_ms\x18\x0e \x01(\x03\"S\n\rRevealRequest\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x18\n\x0bkey_version\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x0c\n\x04text\x18\x03 \x01(\tB\x0e\n\x0c_key_version\"1\n\x0eRevealResponse\x12\n\n\x02id\x18\x01 \x01(\x06\x12\x13\n\x0bkey_version\x18\x02 \x01(\r2\x9d\x02\n\tIdService\x12\x41\n\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n\x08\x42\x61tchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12\x41\n\x06\x44\x65\x63ode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponse\x12\x41\n\x06Reveal\x12\x1a.snowmint.v1.RevealRequest\x1a\x1b.snowmint.v1.RevealResponseBj\n\x0f\x64\x65v.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NEXTIDREQUEST']._serialized_start=43
   _globals['_NEXTIDREQUEST']._serialized_end=74
   _globals['_NEXTIDRESPONSE']._serialized_start=76
-  _globals['_NEXTIDRESPONSE']._serialized_end=118
-  _globals['_BATCHIDSREQUEST']._serialized_start=120
-  _globals['_BATCHIDSREQUEST']._serialized_end=168
-  _globals['_BATCHIDSRESPONSE']._serialized_start=170
-  _globals['_BATCHIDSRESPONSE']._serialized_end=216
-  _globals['_DECODEREQUEST']._serialized_start=218
-  _globals['_DECODEREQUEST']._serialized_end=332
-  _globals['_DECODERESPONSE']._serialized_start=335
-  _globals['_DECODERESPONSE']._serialized_end=492
-  _globals['_PROVENANCE']._serialized_start=495
-  _globals['_PROVENANCE']._serialized_end=764
-  _globals['_REVEALREQUEST']._serialized_start=766
-  _globals['_REVEALREQUEST']._serialized_end=828
-  _globals['_REVEALRESPONSE']._serialized_start=830
-  _globals['_REVEALRESPONSE']._serialized_end=879
-  _globals['_IDSERVICE']._serialized_start=882
-  _globals['_IDSERVICE']._serialized_end=1167
+  _globals['_NEXTIDRESPONSE']._serialized_end=139
+  _globals['_BATCHIDSREQUEST']._serialized_start=141
+  _globals['_BATCHIDSREQUEST']._serialized_end=189
+  _globals['_BATCHIDSRESPONSE']._serialized_start=191
+  _globals['_BATCHIDSRESPONSE']._serialized_end=258
+  _globals['_DECODEREQUEST']._serialized_start=261
+  _globals['_DECODEREQUEST']._serialized_end=396
+  _globals['_DECODERESPONSE']._serialized_start=399
+  _globals['_DECODERESPONSE']._serialized_end=556
+  _globals['_PROVENANCE']._serialized_start=559
+  _globals['_PROVENANCE']._serialized_end=828
+  _globals['_REVEALREQUEST']._serialized_start=830
+  _globals['_REVEALREQUEST']._serialized_end=913
+  _globals['_REVEALRESPONSE']._serialized_start=915
+  _globals['_REVEALRESPONSE']._serialized_end=964
+  _globals['_IDSERVICE']._serialized_start=967
+  _globals['_IDSERVICE']._serialized_end=1252
 # @@protoc_insertion_point(module_scope)

@@ -13,12 +13,14 @@ class NextIdRequest(_message.Message):
     def __init__(self, opaque: _Optional[bool] = ...) -> None: ...
 
 class NextIdResponse(_message.Message):
-    __slots__ = ("id", "text")
+    __slots__ = ("id", "text", "key_version")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
     id: int
     text: str
-    def __init__(self, id: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    key_version: int
+    def __init__(self, id: _Optional[int] = ..., text: _Optional[str] = ..., key_version: _Optional[int] = ...) -> None: ...
 
 class BatchIdsRequest(_message.Message):
     __slots__ = ("count", "opaque")
@@ -29,12 +31,14 @@ class BatchIdsRequest(_message.Message):
     def __init__(self, count: _Optional[int] = ..., opaque: _Optional[bool] = ...) -> None: ...
 
 class BatchIdsResponse(_message.Message):
-    __slots__ = ("ids", "texts")
+    __slots__ = ("ids", "texts", "key_version")
     IDS_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
+    KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, ids: _Optional[_Iterable[int]] = ..., texts: _Optional[_Iterable[str]] = ...) -> None: ...
+    key_version: int
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., texts: _Optional[_Iterable[str]] = ..., key_version: _Optional[int] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("id", "layout", "provenance", "text", "opaque", "key_version")
