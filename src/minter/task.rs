@@ -107,10 +107,28 @@ impl MintHandle {
         let asked = self.clock.monotonic();
         let (reply, rx) = oneshot::channel();
         let request = Pending::new(ask, connection, asked, asked + wait, reply);
-        self.tx.send(request).await.map_err(|_| MintError::ShuttingDown)?;
+        self.hand_over(request, wait).await?;
         rx.await.map_err(|_| MintError::ShuttingDown)?
     }
+
+    /// Puts `request` on the minter's channel, waiting for room at most `wait`: a caller whose
+    /// deadline comes while the channel is full is refused, and the minter never sees it.
+    async fn hand_over(&self, request: Pending<Reply>, wait: Duration) -> Result<(), MintError> {
+        let request = match self.tx.try_send(request) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(MintError::ShuttingDown),
+            Err(mpsc::error::TrySendError::Full(request)) => request,
+        };
+        match tokio::time::timeout(wait, self.tx.send(request)).await {
+            Ok(sent) => sent.map_err(|_| MintError::ShuttingDown),
+            Err(_) => Err(MintError::Deadline(format!("the minter's queue stayed full ({QUEUE} requests)"))),
+        }
+    }
 }
+
+/// The requests the channel to the minter task holds; beyond them, a caller waits to hand its
+/// request over, within its deadline.
+pub const QUEUE: usize = 8192;
 
 /// Waits shorter than this are slept precisely on a blocking thread rather than on tokio's
 /// millisecond timer.
@@ -142,7 +160,7 @@ pub fn spawn(
     links: MinterLinks,
     stop: CancellationToken,
 ) -> Result<(MintHandle, watch::Receiver<Readiness>, tokio::task::JoinHandle<Minted>), LayoutError> {
-    let (tx, rx) = mpsc::channel(8192);
+    let (tx, rx) = mpsc::channel(QUEUE);
     let core = MinterCore::new(config.clone(), metrics)?;
     let initial = Readiness::NotServing(MintError::NoWorker("starting".into()));
     let (readiness_tx, readiness) = watch::channel(initial);
