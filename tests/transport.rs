@@ -16,10 +16,11 @@ use bytes::{Bytes, BytesMut};
 use common::{TestServer, config};
 use prost::Message;
 use snowmint::clock::{Clock, ManualClock, SystemClock};
-use snowmint::proto::{BatchIdsResponse, NextIdRequest, NextIdResponse};
+use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, NextIdRequest, NextIdResponse};
 use tokio::net::TcpStream;
 
 const NEXT_ID: &str = "/snowmint.v1.IdService/NextId";
+const BATCH_IDS: &str = "/snowmint.v1.IdService/BatchIds";
 
 /// An HTTP/2 connection to `addr`, and the task driving it, which ends when the connection
 /// closes.
@@ -183,6 +184,30 @@ async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic
     ] {
         assert_eq!(server.metric(&series("NextId", code)).await, calls, "{code}");
     }
+    server.stop().await;
+}
+
+/// On tonic's path too, the minter's deadline runs from the call's arrival, as the outer timer
+/// does: a call whose body came late is refused by the minter, with the reason, before that
+/// timer would end it with `CANCELLED`.
+#[tokio::test]
+async fn a_batch_whose_body_came_late_is_refused_with_the_reason_before_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    // The strict policy: a clock a little behind makes the minter wait, to the deadline.
+    config.max_clock_drift = Duration::ZERO;
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (mut client, _connection) = connect(server.grpc).await;
+    assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
+    clock.step_wall(-4);
+    let (response, mut send) = start(&client, BATCH_IDS, &[("grpc-timeout", "600m")]).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    send.send_data(framed(&BatchIdsRequest { count: 10, opaque: false }.encode_to_vec()), true).unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), read(response)).await.unwrap();
+    assert_eq!(answer.code, tonic::Code::Unavailable, "{answer:?}");
+    assert!(answer.message.contains("could not mint before the call's deadline"), "{answer:?}");
+    clock.step_wall(4);
     server.stop().await;
 }
 
