@@ -10,6 +10,9 @@
 #     and beside a client saturating it with BatchIds(65536), 16 in flight; that bulk
 #     client's IDs/s alone and beside the NextId caller, against the ceiling; and the shares
 #     of two bulk clients of different batch sizes (65,536 and 4,096, 16 in flight each);
+#     and 16, 64 and 256 bulk connections of BatchIds(65536), one call in flight on each,
+#     with 1 s and with 200 ms deadlines, beside the NextId caller: goodput against the
+#     ceiling and refusals, from the server's counters, and the NextId caller's p99;
 #   - slots: BatchIds IDs/s of one instance holding k = 1, 4 and 8 worker slots, against
 #     k x 4,096,000, and the buffered Rust client's IDs/s to one caller with k = 4; with
 #     --peers, ferroid's tonic server (ferroid-tonic-server 2.0.0) at 1 and 128 workers,
@@ -232,6 +235,80 @@ EOF
   verdict "$bulk_beside >= 0.95 * $ceiling" "bulk beside NextId >= 95% of the ceiling ($(pct "$bulk_beside" $ceiling))"
   verdict "min($big_ids, $small_ids) >= 0.8 * $both / 2" \
     "two bulk clients each within 20% of an equal share ($big_ids and $small_ids IDs/s)"
+  deadline_load
+}
+
+# slowest_refusal_ms FILE: the slowest refusal a `snowmint bench` report names, in ms (0 when
+# none was refused).
+slowest_refusal_ms() {
+  python3 - "$1" <<'PY'
+import re, sys
+line = next((l for l in open(sys.argv[1]) if l.startswith("refused")), None)
+if line is None:
+    print("0")
+else:
+    value = re.search(r"slowest in ([0-9.]+)(ns|µs|ms|s)\)", line)
+    scale = {"ns": 1e-6, "µs": 1e-3, "ms": 1.0, "s": 1e3}[value.group(2)]
+    print(f"{float(value.group(1)) * scale:.3f}")
+PY
+}
+
+# --- Many bulk connections with deadlines (the minter's admission): n connections of
+# BatchIds(65536), one call in flight on each, every call with a deadline, beside the NextId
+# caller. The bulk client starts a second before the measured stretch and ends a second after
+# it. Goodput is what the server issued in the stretch (snowmint_ids_issued_total, less the
+# NextId caller's own) against the ceiling; refusals are the server's counts of calls refused
+# on arrival, saturated, and of calls past --max-outstanding-ids (RESOURCE_EXHAUSTED); a
+# refused call pauses as the client contract does (10 ms doubling to 320 ms) and asks again.
+# Late calls are the bulk client's calls that ran out their deadline.
+deadline_load() {
+  local d=$duration ceiling=4096000 n ms bulk t0 t1 next_calls rows="" all_ok=True
+  local saturated='snowmint_refused_on_arrival_total{reason="saturated"}'
+  local exhausted='snowmint_requests_total{code="ResourceExhausted",method="BatchIds",protocol="grpc"}'
+  local issued0 sat0 exh0 disc0 issued1 sat1 exh1 disc1 goodput sat_s exh_s late p99 slowest discarded
+  for ms in 1000 200; do
+    for n in 16 64 256; do
+      snowmint_bench --method batch --batch-size 65536 --concurrency "$n" --connections "$n" --deadline-ms "$ms" \
+        --duration $((d + 2)) >"$work/bulk-$n-$ms.txt" &
+      bulk=$!
+      sleep 1
+      issued0=$(metric snowmint_ids_issued_total)
+      sat0=$(metric "$saturated")
+      exh0=$(metric "$exhausted")
+      disc0=$(metric snowmint_ids_discarded_total)
+      t0=$(date +%s.%N)
+      snowmint_bench --method next --concurrency 1 --connections 1 --duration "$d" >"$work/next-$n-$ms.txt" || true
+      t1=$(date +%s.%N)
+      issued1=$(metric snowmint_ids_issued_total)
+      sat1=$(metric "$saturated")
+      exh1=$(metric "$exhausted")
+      disc1=$(metric snowmint_ids_discarded_total)
+      # A late call fails the bulk client's run; its count is in the table.
+      wait "$bulk" || true
+      next_calls=$(awk '/^calls / { print $2 }' "$work/next-$n-$ms.txt")
+      goodput=$(python3 -c "print(round(($issued1 - $issued0 - $next_calls) / ($t1 - $t0)))")
+      sat_s=$(python3 -c "print(round(($sat1 - $sat0) / ($t1 - $t0)))")
+      exh_s=$(python3 -c "print(round(($exh1 - $exh0) / ($t1 - $t0)))")
+      discarded=$(python3 -c "print(round($disc1 - $disc0))")
+      # "calls N in T s (E errors)": the bulk client's failed calls, each one late.
+      late=$(awk '/^calls / { gsub(/\(/, "", $6); print $6 }' "$work/bulk-$n-$ms.txt")
+      p99=$(latency_ms "$work/next-$n-$ms.txt" p99)
+      slowest=$(slowest_refusal_ms "$work/bulk-$n-$ms.txt")
+      echo "bulk $n x BatchIds(65536), $ms ms deadlines: goodput $goodput IDs/s, refused $sat_s + $exh_s /s, late $late, NextId p99 $p99 ms" >&2
+      rows+="| $n | $ms ms | $goodput ($(pct "$goodput" $ceiling)) | $sat_s | $exh_s | $slowest | $discarded | $late | $p99 |"$'\n'
+      all_ok+=" and $goodput >= 0.9 * $ceiling and $late == 0 and $p99 <= 2.0"
+    done
+  done
+  cat <<EOF
+
+Bulk connections with deadlines, BatchIds(65536), one call in flight on each connection, beside the NextId caller, ${d} s each:
+
+| bulk connections | deadline | goodput, IDs/s (share of the ceiling) | refused on arrival, saturated (/s) | refused past --max-outstanding-ids (/s) | slowest refusal (ms) | IDs discarded | late bulk calls | NextId p99 beside (ms) |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+${rows}
+EOF
+  verdict "$all_ok" \
+    "16, 64 and 256 bulk connections, 1 s and 200 ms deadlines: goodput >= 90% of the ceiling, no late bulk call, NextId p99 beside <= 2 ms, in every row"
 }
 
 # --- Slots: an instance holding k worker slots mints up to k x 4,096,000 IDs/s. BatchIds

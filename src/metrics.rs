@@ -81,6 +81,11 @@ pub const REFUSED_PER_PEER: &str = "per_peer";
 pub const HANDSHAKE_TLS: &str = "tls";
 pub const HANDSHAKE_PROTOCOL: &str = "protocol";
 
+/// The `reason` label of calls the minter refused on arrival: it could not mint them by their
+/// deadline with the work queued before them, or their deadline had passed.
+pub const REFUSED_SATURATED: &str = "saturated";
+pub const REFUSED_DEADLINE: &str = "deadline";
+
 /// All of snowmint's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -98,6 +103,8 @@ pub struct Metrics {
     pub clock_drift_seconds: Gauge,
     pub clock_drift_bound_seconds: Gauge,
     pub sequence_exhausted: IntCounter,
+    pub refused_on_arrival: IntCounterVec,
+    pub ids_discarded: IntCounter,
     pub sequence_wait_seconds: prometheus::Counter,
     pub lease_renewals: IntCounterVec,
     pub lease_lost: IntCounter,
@@ -211,6 +218,19 @@ impl Metrics {
         let sequence_exhausted = IntCounter::new(
             "snowmint_sequence_exhausted_total",
             "Times every sequence number of a tick was used and minting waited for the next tick.",
+        )
+        .unwrap();
+        let refused_on_arrival = IntCounterVec::new(
+            Opts::new(
+                "snowmint_refused_on_arrival_total",
+                "NextId and BatchIds calls the minter refused when they reached it, before minting anything for them, by reason: saturated (the IDs queued for large asks and theirs would not be minted by the earliest of their deadlines) or deadline (it had passed).",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        let ids_discarded = IntCounter::new(
+            "snowmint_ids_discarded_total",
+            "IDs minted for a call that was then refused (its deadline came before its batch was full, the server stopped) or whose caller had gone: never issued, a gap in the sequence.",
         )
         .unwrap();
         let sequence_wait_seconds = prometheus::Counter::new(
@@ -331,6 +351,8 @@ impl Metrics {
             clock_drift_seconds,
             clock_drift_bound_seconds,
             sequence_exhausted,
+            refused_on_arrival,
+            ids_discarded,
             sequence_wait_seconds,
             lease_renewals,
             lease_lost,
@@ -373,6 +395,8 @@ impl Metrics {
             Box::new(self.clock_drift_seconds.clone()),
             Box::new(self.clock_drift_bound_seconds.clone()),
             Box::new(self.sequence_exhausted.clone()),
+            Box::new(self.refused_on_arrival.clone()),
+            Box::new(self.ids_discarded.clone()),
             Box::new(self.sequence_wait_seconds.clone()),
             Box::new(self.lease_renewals.clone()),
             Box::new(self.lease_lost.clone()),
@@ -411,6 +435,9 @@ impl Metrics {
         }
         for action in [ACTION_WAITED, ACTION_REFUSED, ACTION_BORROWED] {
             self.clock_backward.with_label_values(&[action]);
+        }
+        for reason in [REFUSED_SATURATED, REFUSED_DEADLINE] {
+            self.refused_on_arrival.with_label_values(&[reason]);
         }
         for result in [RESULT_OK, RESULT_FAILED] {
             self.lease_renewals.with_label_values(&[result]);
@@ -530,6 +557,8 @@ mod tests {
             r#"snowmint_queue_wait_seconds_count{method="NextId"} 0"#,
             r#"snowmint_queue_wait_seconds_count{method="BatchIds"} 0"#,
             "snowmint_queue_length 0",
+            r#"snowmint_refused_on_arrival_total{reason="saturated"} 0"#,
+            "snowmint_ids_discarded_total 0",
             r#"snowmint_lease_renewals_total{result="failed"} 0"#,
             "snowmint_ids_issued_total 0",
             "snowmint_worker_id -1",

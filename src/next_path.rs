@@ -17,7 +17,8 @@
 //! the client goes away first. Of the two timeouts the shorter bounds the call: the minter is
 //! given it, less the margin that lets a refusal travel back in time, and refuses past it
 //! with `UNAVAILABLE` and the reason it could not mint (as it always did past a caller's
-//! `grpc-timeout`); a request body that has not arrived by then gets `CANCELLED`.
+//! `grpc-timeout`). A call not answered by then (its body has not arrived, or the minter did
+//! not answer in time) gets `CANCELLED`, as on tonic's path.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -90,20 +91,24 @@ impl NextIdPath {
         let mut call = Call::start(self.calls.clone());
         let limit = plain.caller.map_or(self.request_timeout, |caller| caller.min(self.request_timeout));
         let answer = async {
-            // The body nearly always is here already, and then the timer is never armed.
-            let message = match tokio::time::timeout(limit, self.message(request.into_body())).await {
-                Ok(message) => message?,
-                Err(_) => return Err(Status::cancelled("Timeout expired")),
-            };
+            let message = self.message(request.into_body()).await?;
             let request = NextIdRequest::decode(message)
                 .map_err(|e| Status::internal(format!("failed to decode the NextIdRequest: {e}")))?;
             // The minter answers within the time left, less the margin that lets a refusal
-            // reach the caller in time: no timer of this call's own to arm.
+            // reach the caller in time.
             let within = Some(answer_within(limit).saturating_sub(call.elapsed()));
             let response = self.service.next_id_within(request, connection, within).await.map_err(status_of)?;
             Ok::<_, Status>(framed(&response))
         };
-        match answer.await {
+        // The outer deadline, as on tonic's path (`transport.rs`): the whole call, from its
+        // body's arrival to the minter's answer and the hand-over of the request to it before
+        // that, ends by the shorter of the caller's `grpc-timeout` and `--request-timeout-ms`,
+        // however long any of them takes.
+        let answer = match tokio::time::timeout(limit, answer).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Status::cancelled("Timeout expired")),
+        };
+        match answer {
             Ok(frame) => {
                 let mut response = Response::new(NextIdBody { frame: Some(frame), trailers: true, call: Some(call) });
                 response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));

@@ -65,8 +65,22 @@ pub fn status_of(error: ServiceError) -> Status {
     }
 }
 
-/// The time a caller allowed with `grpc-timeout`, less the margin of [`answer_within`].
+/// When a call's time runs out: it arrived at `arrived`, and may take `limit` (the shorter of
+/// its `grpc-timeout` and `--request-timeout-ms`). The port's server (`transport.rs`) puts it
+/// in each request's extensions as it starts the outer timer of the same length.
+#[derive(Debug, Clone, Copy)]
+pub struct CallDeadline {
+    pub arrived: std::time::Instant,
+    pub limit: Duration,
+}
+
+/// The time a call may still take, less the margin of [`answer_within`]: from its
+/// [`CallDeadline`], so that the time before its handler ran (waiting for its body, for a
+/// worker thread) is not given to the minter a second time; else from its `grpc-timeout`.
 fn timeout_of<T>(request: &Request<T>) -> Option<Duration> {
+    if let Some(call) = request.extensions().get::<CallDeadline>() {
+        return Some(answer_within(call.limit).saturating_sub(call.arrived.elapsed()));
+    }
     let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
     Some(answer_within(parse_grpc_timeout(value)?))
 }

@@ -10,8 +10,9 @@
 //! - `--max-concurrent-streams`, the HTTP/2 keep-alive pings and their timeout, as hyper's
 //!   own settings;
 //! - `--request-timeout-ms` and the caller's `grpc-timeout`, the shorter of which ends a call
-//!   to tonic's routes with `CANCELLED`, as tonic's server does (a plain `NextId` keeps them
-//!   in its own way: [`NextIdPath`]);
+//!   to tonic's routes with `CANCELLED`, as tonic's server does, and whose end from the call's
+//!   arrival the handlers give the minter ([`CallDeadline`]; a plain `NextId` keeps them in
+//!   its own way: [`NextIdPath`]);
 //! - `--max-connection-age`: past it a connection is told to go away (GOAWAY), and closed
 //!   once its calls in flight had `max_connection_age_grace` more to finish;
 //! - `--handshake-timeout-ms`: a connection that has not sent the HTTP/2 preface or its
@@ -56,7 +57,7 @@ use crate::metrics::{HANDSHAKE_PROTOCOL, Metrics};
 use crate::minter::ConnectionKey;
 use crate::next_path::{NextIdBody, NextIdPath};
 use crate::server::Limits;
-use crate::service::parse_grpc_timeout;
+use crate::service::{CallDeadline, parse_grpc_timeout};
 
 /// Serves the connections of `incoming` until `stop` completes, then lets every connection
 /// finish its calls; returns once all have closed.
@@ -230,6 +231,9 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
         let caller = request.headers().get("grpc-timeout").and_then(|v| parse_grpc_timeout(v.to_str().ok()?));
         let limit = caller.map_or(self.request_timeout, |caller| caller.min(self.request_timeout));
         request.extensions_mut().insert(self.info.clone());
+        // The handler gives the minter what is left of the same limit, so that the minter's
+        // refusal, with its reason, comes before this timer's `CANCELLED`.
+        request.extensions_mut().insert(CallDeadline { arrived: std::time::Instant::now(), limit });
         let answer = self.routes.clone().call(request);
         Box::pin(async move {
             Ok(match tokio::time::timeout(limit, answer).await {

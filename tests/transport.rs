@@ -1,6 +1,7 @@
 //! The gRPC port's own HTTP server and `NextId`'s direct path, spoken to over raw HTTP/2: every
 //! limit tonic's path kept still holds on the direct one (request size, undecodable bytes, a
-//! body that never arrives, the server's request timeout), the forms the direct path does not
+//! body that never arrives, the server's request timeout, a minter that does not answer in
+//! time), the forms the direct path does not
 //! take still reach tonic, every call is counted by its final code, and a connection past its
 //! age is told to go away while its calls in flight finish.
 
@@ -8,16 +9,18 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use common::{TestServer, config};
 use prost::Message;
 use snowmint::clock::{Clock, ManualClock, SystemClock};
-use snowmint::proto::{BatchIdsResponse, NextIdRequest, NextIdResponse};
+use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, NextIdRequest, NextIdResponse};
 use tokio::net::TcpStream;
 
 const NEXT_ID: &str = "/snowmint.v1.IdService/NextId";
+const BATCH_IDS: &str = "/snowmint.v1.IdService/BatchIds";
 
 /// An HTTP/2 connection to `addr`, and the task driving it, which ends when the connection
 /// closes.
@@ -181,6 +184,110 @@ async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic
     ] {
         assert_eq!(server.metric(&series("NextId", code)).await, calls, "{code}");
     }
+    server.stop().await;
+}
+
+/// On tonic's path too, the minter's deadline runs from the call's arrival, as the outer timer
+/// does: a call whose body came late is refused by the minter, with the reason, before that
+/// timer would end it with `CANCELLED`.
+#[tokio::test]
+async fn a_batch_whose_body_came_late_is_refused_with_the_reason_before_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    // The strict policy: a clock a little behind makes the minter wait, to the deadline.
+    config.max_clock_drift = Duration::ZERO;
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (mut client, _connection) = connect(server.grpc).await;
+    assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
+    clock.step_wall(-4);
+    let (response, mut send) = start(&client, BATCH_IDS, &[("grpc-timeout", "600m")]).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    send.send_data(framed(&BatchIdsRequest { count: 10, opaque: false }.encode_to_vec()), true).unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), read(response)).await.unwrap();
+    assert_eq!(answer.code, tonic::Code::Unavailable, "{answer:?}");
+    assert!(answer.message.contains("could not mint before the call's deadline"), "{answer:?}");
+    clock.step_wall(4);
+    server.stop().await;
+}
+
+/// A system clock whose `awake` reading blocks while `stalled` (at most 10 s): the minter reads
+/// it on every pass and nothing else does, so it stalls the minter's task alone, as a minter
+/// kept off a busy core for long does.
+#[derive(Clone, Default)]
+struct StallingClock {
+    inner: SystemClock,
+    stalled: Arc<AtomicBool>,
+}
+
+impl Clock for StallingClock {
+    fn wall_us(&self) -> i64 {
+        self.inner.wall_us()
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.inner.monotonic()
+    }
+
+    fn awake(&self) -> Duration {
+        let started = Instant::now();
+        while self.stalled.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.awake()
+    }
+}
+
+/// The direct path keeps the call's deadline itself, as tonic's path does, however long the
+/// minter takes: calls waiting for a stalled minter, and calls waiting to hand their request to
+/// its full queue, are all answered by their `grpc-timeout`, and nothing is minted for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_plain_next_id_keeps_its_deadline_while_the_minter_is_stalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = StallingClock::default();
+    let mut config = config(dir.path());
+    // Room for every call on one connection: the minter's queue full, and more.
+    let calls = snowmint::minter::QUEUE + 100;
+    config.limits.max_concurrent_streams = calls as u32 + 100;
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (mut client, _connection) = connect(server.grpc).await;
+    assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
+
+    clock.stalled.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let mut waiting = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let (response, mut send) = start(&client, NEXT_ID, &[("grpc-timeout", "300m")]).await;
+        send.send_data(framed(&[]), true).unwrap();
+        waiting.spawn(read(response));
+    }
+    // Each call is due 300 ms after it was sent; the minter stays stalled for all of this.
+    let mut codes = std::collections::BTreeMap::new();
+    let mut hand_over = 0;
+    let limit = Duration::from_secs(6);
+    while let Ok(Some(answer)) =
+        tokio::time::timeout(limit.saturating_sub(started.elapsed()), waiting.join_next()).await
+    {
+        let answer = answer.unwrap();
+        hand_over += usize::from(answer.message.contains("queue stayed full"));
+        *codes.entry(format!("{:?}", answer.code)).or_insert(0) += 1;
+    }
+    let answered: usize = codes.values().sum();
+    clock.stalled.store(false, Ordering::SeqCst);
+    assert_eq!(
+        answered, calls,
+        "{answered} of {calls} calls answered within {limit:?} of the first (each had 300 ms) while the minter stalled: {codes:?}"
+    );
+    assert!(codes.keys().all(|code| code == "Cancelled" || code == "Unavailable"), "{codes:?}");
+    assert!(hand_over > 0, "no call was refused while waiting to hand its request over: {codes:?}");
+
+    // The minter back: it mints nothing for the calls that were given up on, and serves anew.
+    let fresh = call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await;
+    assert_eq!(fresh.code, tonic::Code::Ok, "{fresh:?}");
+    let dropped = server.metric(r#"snowmint_refused_on_arrival_total{reason="deadline"}"#).await;
+    assert!(dropped >= snowmint::minter::QUEUE as f64, "{dropped} requests dropped past their deadline");
+    assert_eq!(server.metric("snowmint_ids_discarded_total").await, 0.0);
+    assert_eq!(server.metric("snowmint_ids_issued_total").await, 2.0);
     server.stop().await;
 }
 

@@ -4,6 +4,13 @@
 //! a failed call or a duplicate ID is a failed run ([`Report::verdict`]): its figures measure
 //! something else than a server serving.
 //!
+//! A call the server refused at once because it is saturated (`UNAVAILABLE` "the minter is
+//! saturated", or `RESOURCE_EXHAUSTED` past `--max-outstanding-ids`) is no failure: nothing
+//! was minted for it, and the server says to ask again. It is counted apart, and its worker
+//! pauses as the client contract does before asking again (10 ms, doubling up to 320 ms while
+//! refusals follow one another). A call that ran out its deadline (`--deadline-ms`) is a
+//! failure.
+//!
 //! The IDs are kept as runs of consecutive values ([`Runs`]): a batch comes as a few runs
 //! (whole ticks, or the fair queue's turns within one), so tens of millions of IDs a second
 //! take a few megabytes rather than hundreds of megabytes of fresh memory a second, whose
@@ -54,6 +61,9 @@ pub struct BenchArgs {
     /// Pace the calls to this many per second in all (default: as fast as they go).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Each call's deadline, sent as its `grpc-timeout` (default: none).
+    #[arg(long)]
+    pub deadline_ms: Option<u64>,
 }
 
 /// Buffered calls timed: one in this many. A buffered `next_id()` costs about as much as
@@ -71,6 +81,12 @@ pub struct Report {
     pub errors: u64,
     /// What the first failed call got, when one failed.
     pub first_error: Option<String>,
+    /// Failed calls by the code they got.
+    pub error_codes: std::collections::BTreeMap<String, u64>,
+    /// Calls the server refused at once, saturated (not failures).
+    pub refused: u64,
+    /// The slowest refusal: how soon "at once" was.
+    pub refused_max: Duration,
     pub ids: u64,
     pub duplicates: u64,
     pub elapsed: Duration,
@@ -110,6 +126,13 @@ impl std::fmt::Display for Report {
         writeln!(f, "calls       {} in {:.2} s ({} errors)", self.calls, self.elapsed.as_secs_f64(), self.errors)?;
         if let Some(error) = &self.first_error {
             writeln!(f, "first error {error}")?;
+        }
+        if !self.error_codes.is_empty() {
+            let codes: Vec<String> = self.error_codes.iter().map(|(code, n)| format!("{code} {n}")).collect();
+            writeln!(f, "errors      {}", codes.join(", "))?;
+        }
+        if self.refused > 0 {
+            writeln!(f, "refused     {} at once, saturated (the slowest in {:?})", self.refused, self.refused_max)?;
         }
         writeln!(f, "calls/s     {:.0}", self.calls_per_second())?;
         writeln!(f, "IDs/s       {:.0}", self.ids_per_second())?;
@@ -170,6 +193,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
         let load = Load {
             method: args.method,
             batch_size: args.batch_size,
+            deadline: args.deadline_ms.map(Duration::from_millis),
             until,
             interval,
             budget: budget.clone(),
@@ -185,10 +209,17 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let elapsed = start.elapsed();
     let mut runs = Vec::with_capacity(results.iter().map(|r| r.ids.runs()).sum());
     let mut latencies = Vec::with_capacity(results.iter().map(|r| r.latencies.len()).sum());
-    let (mut calls, mut errors, mut total) = (0, 0, 0);
+    let (mut calls, mut errors, mut total, mut refused) = (0, 0, 0, 0);
+    let mut refused_max = Duration::ZERO;
     let mut first_error = None;
+    let mut error_codes = std::collections::BTreeMap::new();
     for result in results {
+        for (code, n) in result.error_codes {
+            *error_codes.entry(code).or_insert(0) += n;
+        }
         calls += result.calls;
+        refused += result.refused;
+        refused_max = refused_max.max(result.refused_max);
         total += result.ids.ids;
         result.ids.drain_into(&mut runs);
         result.latencies.drain_into(&mut latencies);
@@ -206,6 +237,9 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
         timed_every,
         errors,
         first_error,
+        error_codes,
+        refused,
+        refused_max,
         ids: total,
         duplicates: duplicates(&mut runs),
         elapsed,
@@ -331,6 +365,9 @@ struct Outcome {
     latencies: Chunks<u64>,
     errors: u64,
     first_error: Option<String>,
+    error_codes: std::collections::BTreeMap<String, u64>,
+    refused: u64,
+    refused_max: Duration,
 }
 
 /// What a worker calls.
@@ -343,6 +380,8 @@ enum Target {
 struct Load {
     method: Method,
     batch_size: u32,
+    /// Each call's deadline.
+    deadline: Option<Duration>,
     until: Instant,
     interval: Option<Duration>,
     /// Calls left, when a count was given.
@@ -353,8 +392,18 @@ struct Load {
 
 async fn worker(mut target: Target, load: Load) -> Outcome {
     use std::sync::atomic::Ordering;
-    let mut out =
-        Outcome { calls: 0, ids: Runs::default(), latencies: Chunks::default(), errors: 0, first_error: None };
+    let mut out = Outcome {
+        calls: 0,
+        ids: Runs::default(),
+        latencies: Chunks::default(),
+        errors: 0,
+        first_error: None,
+        error_codes: Default::default(),
+        refused: 0,
+        refused_max: Duration::ZERO,
+    };
+    // Refusals in a row, for the pause after each.
+    let mut refusals = 0u32;
     let mut next_at = Instant::now();
     // Timing every call, one clock read per call: a call's end is the next one's start (a
     // read costs tens of nanoseconds, a good part of a buffered next_id()). Timing one call
@@ -384,31 +433,46 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
             start = Instant::now();
         }
         let result = match (&mut target, load.method) {
-            (Target::Buffered(client), _) => {
-                client.next_id().await.map(|id| out.ids.push(id)).map_err(|e| e.to_string())
-            }
+            (Target::Buffered(client), _) => client
+                .next_id()
+                .await
+                .map(|id| out.ids.push(id))
+                .map_err(|e| Failed::Other("client".into(), e.to_string())),
             (Target::Server(client), Method::Batch) => client
-                .batch_ids(BatchIdsRequest { count: load.batch_size, ..Default::default() })
+                .batch_ids(request(BatchIdsRequest { count: load.batch_size, ..Default::default() }, load.deadline))
                 .await
                 .map(|r| out.ids.push_all(&r.into_inner().ids))
-                .map_err(|s| status_line(&s)),
+                .map_err(|s| Failed::of(&s)),
             (Target::Server(client), _) => client
-                .next_id(NextIdRequest::default())
+                .next_id(request(NextIdRequest::default(), load.deadline))
                 .await
                 .map(|r| out.ids.push(r.into_inner().id))
-                .map_err(|s| status_line(&s)),
+                .map_err(|s| Failed::of(&s)),
         };
         untimed -= 1;
         let end = timed.then(Instant::now);
         match result {
             Ok(()) => {
                 out.calls += 1;
+                refusals = 0;
                 if let Some(end) = end {
                     out.latencies.push(end.duration_since(start).as_nanos() as u64);
                 }
             }
-            Err(error) => {
+            Err(Failed::Refused) => {
+                // Only calls to the server are refused, and each of those is timed from `start`.
+                out.refused += 1;
+                out.refused_max = out.refused_max.max(start.elapsed());
+                tokio::time::sleep(Duration::from_millis(10 << refusals.min(5))).await;
+                refusals += 1;
+                // The pause is no call's latency: the next call is timed from its own start.
+                start = Instant::now();
+                untimed = 0;
+                continue;
+            }
+            Err(Failed::Other(code, error)) => {
                 out.errors += 1;
+                *out.error_codes.entry(code).or_insert(0) += 1;
                 out.first_error.get_or_insert(error);
             }
         }
@@ -419,9 +483,32 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
     out
 }
 
-/// A failed call's status as one line.
-fn status_line(status: &tonic::Status) -> String {
-    format!("{:?}: {}", status.code(), status.message())
+/// `message` as a request, with `deadline` as its `grpc-timeout` when one is given.
+fn request<T>(message: T, deadline: Option<Duration>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(deadline) = deadline {
+        request.set_timeout(deadline);
+    }
+    request
+}
+
+/// Why a call got no IDs.
+enum Failed {
+    /// The server refused it at once, saturated: ask again after a pause.
+    Refused,
+    /// Anything else: its code, and all of it as one line.
+    Other(String, String),
+}
+
+impl Failed {
+    fn of(status: &tonic::Status) -> Failed {
+        let saturated = status.code() == tonic::Code::Unavailable && status.message().contains("minter is saturated");
+        if saturated || status.code() == tonic::Code::ResourceExhausted {
+            Failed::Refused
+        } else {
+            Failed::Other(format!("{:?}", status.code()), format!("{:?}: {}", status.code(), status.message()))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -434,6 +521,9 @@ mod tests {
             timed_every: 1,
             errors,
             first_error: (errors > 0).then(|| "Unavailable: the server is shutting down".into()),
+            error_codes: Default::default(),
+            refused: 0,
+            refused_max: Duration::ZERO,
             ids: 90,
             duplicates,
             elapsed: Duration::from_secs(1),

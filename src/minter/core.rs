@@ -35,7 +35,41 @@
 //!   while minting at the clock's tick: on borrowed time, ahead of a clock that is behind,
 //!   ticks are not paced by the clock.
 //!
-//! What this gives, and why this policy rather than another:
+//! # Who gets into the queue: answered within its deadline, or refused at once
+//!
+//! Round robin advances every bulk request together: N connections asking 65,536 IDs each
+//! all finish at about 16·N ms. Once that is past their deadline (from 63 connections with
+//! 1 s deadlines, from 13 with 200 ms), every batch would be refused at its deadline after
+//! most of its IDs were minted and thrown away, asked again, and refused again: no goodput at
+//! all. So the first pass that sees a request admits it into the queue, or answers it at
+//! once, with nothing minted for it (`admit`):
+//!
+//! - A request whose deadline has passed (it waited to be handed over, or the minter was
+//!   late) is refused (`Deadline`); so is a queued one once its deadline passes: nothing is
+//!   minted for a request past its deadline.
+//! - A large ask (more IDs than the reserve) is admitted only if the IDs still owed to every
+//!   large ask queued, and its own, would all be minted before the earliest of their deadlines,
+//!   at the rate ticks give large asks (the sequence space times the slots, less the reserve),
+//!   within 3/4 of the time left (`ADMIT_WITHIN`, for ticks lost on a loaded machine and
+//!   small asks beyond the reserve). Otherwise it is refused `Saturated`, a retriable
+//!   `UNAVAILABLE` that gives the wait it would need and the time left. The queue is
+//!   work-conserving (each tick's IDs go to whoever waits, in whatever order), so once every
+//!   ID owed is minted every admitted ask is done: each is answered in time whatever the
+//!   round robin's order among them.
+//! - Small asks are admitted whatever waits: the reserve serves them, and large asks never
+//!   take it.
+//!
+//! Goodput stays at the ceiling with any number of bulk connections: the minter mints only
+//! for requests it will answer, and is never idle while an admitted one waits; those refused
+//! cost a round trip each and ask again (here shortly, or elsewhere). Earliest deadline first
+//! would admit more, since it finishes each request as early as it can, but it orders by
+//! deadline rather than by connection: a caller with short deadlines would take the ticks of
+//! the others, and the shares per connection above would be gone. Admission keeps the round
+//! robin and bounds the work where it comes in. Its price is caution: it asks that the whole
+//! large backlog fit before the earliest deadline, so a batch the round robin would have
+//! finished in time can be refused while one near its deadline waits.
+//!
+//! What the fair queue gives, and why this policy rather than another:
 //!
 //! - A small ask is answered at once while the tick's reserve lasts, and otherwise waits for
 //!   at most one round, which is at most a quantum per other waiting connection: a `NextId`
@@ -73,7 +107,9 @@ use super::fair::{FairQueue, Minted as Served, Served as Round};
 use crate::generator::{Blocked, Generator, RefuseReason, WaitReason, Window};
 use crate::grant::{Grant, Holding, Minted};
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
-use crate::metrics::{ACTION_BORROWED, ACTION_REFUSED, ACTION_WAITED, BATCH_IDS, Metrics, NEXT_ID};
+use crate::metrics::{
+    ACTION_BORROWED, ACTION_REFUSED, ACTION_WAITED, BATCH_IDS, Metrics, NEXT_ID, REFUSED_DEADLINE, REFUSED_SATURATED,
+};
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +175,19 @@ impl<R> Pending<R> {
         }
     }
 
+    /// IDs minted for it so far.
+    fn minted(&self) -> u64 {
+        self.filled.len() as u64 + u64::from(self.one.is_some())
+    }
+
+    /// IDs it still waits for.
+    fn owed(&self) -> u64 {
+        match self.ask {
+            Ask::One => u64::from(self.one.is_none()),
+            Ask::Many(want) => want.saturating_sub(self.filled.len()) as u64,
+        }
+    }
+
     /// The method label of its queue wait.
     fn method(&self) -> usize {
         match self.ask {
@@ -191,6 +240,21 @@ const RESERVE_SHARE: u64 = 64;
 /// How long, in ticks, a small ask keeps the reserve in place after it was served.
 const SMALL_ASKS_LINGER: u64 = 1_000;
 
+/// Whether `ask` is small: served from the tick's reserve, and admitted whatever the large
+/// asks queued.
+fn is_small(ask: Ask, reserve: u64) -> bool {
+    match ask {
+        Ask::One => true,
+        Ask::Many(want) => want as u64 <= reserve,
+    }
+}
+
+/// The margin of admission, as a fraction: the large asks queued must be minted within this
+/// share of the time to the earliest of their deadlines, at the rate a tick allows them. It
+/// absorbs ticks the minter is not scheduled for on a loaded machine (each one lost), and
+/// small asks beyond the reserve.
+const ADMIT_WITHIN: (u64, u64) = (3, 4);
+
 /// What a pass ended with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -214,8 +278,15 @@ pub struct MinterCore<R> {
     /// The epoch of the grant the generator's windows come from.
     epoch: Option<u64>,
     pending: FairQueue<R>,
-    /// `snowmint_queue_wait_seconds` of NextId and of BatchIds, looked up once.
-    queue_wait: [prometheus::Histogram; 2],
+    /// Requests pushed since the last pass, which admits them into `pending` or refuses them
+    /// with its clock reading.
+    arrived: Vec<Pending<R>>,
+    /// No request in `pending` has a deadline before this instant: a pass looks for those
+    /// whose deadline has passed only once it is later.
+    deadlines_from: Duration,
+    replies: Replies,
+    /// `snowmint_refused_on_arrival_total` by reason: saturated, deadline.
+    refused_on_arrival: [prometheus::IntCounter; 2],
     /// The boot-time instant of the last pass, to measure the waits of requests answered
     /// between passes (at shutdown).
     last_boot: Duration,
@@ -243,13 +314,19 @@ impl<R: Responder> MinterCore<R> {
             Generator::new(config.layout.clone(), ticks(config.max_clock_back), ticks(config.max_clock_drift))?;
         metrics.clock_drift_bound_seconds.set(config.max_clock_drift.as_secs_f64());
         let queue_wait = [NEXT_ID, BATCH_IDS].map(|method| metrics.queue_wait_seconds.with_label_values(&[method]));
+        let replies = Replies { queue_wait, discarded: metrics.ids_discarded.clone() };
+        let refused_on_arrival =
+            [REFUSED_SATURATED, REFUSED_DEADLINE].map(|reason| metrics.refused_on_arrival.with_label_values(&[reason]));
         Ok(MinterCore {
             pending: FairQueue::new(config.fair_quantum),
             config,
             metrics,
             generator,
             epoch: None,
-            queue_wait,
+            arrived: Vec::new(),
+            deadlines_from: Duration::MAX,
+            replies,
+            refused_on_arrival,
             last_boot: Duration::ZERO,
             readiness: Readiness::NotServing(MintError::NoWorker("starting".into())),
             readiness_changed: false,
@@ -262,17 +339,18 @@ impl<R: Responder> MinterCore<R> {
         })
     }
 
+    /// Hands a request to the minter; the next pass admits it, or refuses it at once.
     pub fn push(&mut self, pending: Pending<R>) {
-        self.pending.push(pending);
+        self.arrived.push(pending);
     }
 
     /// Requests waiting.
     pub fn queue_length(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.arrived.len()
     }
 
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        !self.pending.is_empty() || !self.arrived.is_empty()
     }
 
     /// Readiness, when it changed since the last call.
@@ -299,9 +377,10 @@ impl<R: Responder> MinterCore<R> {
     /// Answers every pending request with `error`.
     pub fn refuse_all(&mut self, error: MintError) {
         let now = self.last_boot;
-        for request in self.pending.drain() {
-            answer(&self.queue_wait, now, request, Err(error.clone()));
+        for request in self.pending.drain().chain(self.arrived.drain(..)) {
+            self.replies.send(now, request, Err(error.clone()));
         }
+        self.deadlines_from = Duration::MAX;
         self.metrics.queue_length.set(0);
         self.set_readiness(Readiness::NotServing(error));
     }
@@ -452,13 +531,18 @@ impl<R: Responder> MinterCore<R> {
         let slots = holding.grant().map_or(1, |grant| grant.slots.len().max(1)) as u64;
         let capacity = (self.config.layout.max_sequence() + 1).saturating_mul(slots);
         let reserve = capacity / RESERVE_SHARE;
+        // Nothing is minted for a request whose deadline has passed.
+        if self.deadlines_from < now.boot {
+            self.expire_before(now.boot, || MintError::Deadline("it passed before its batch was full".into()));
+        }
+        self.admit(now.boot, capacity - reserve, reserve);
         if self.tick_taken.0 != tick {
             self.tick_taken = (tick, 0);
         }
         let large_room = capacity.saturating_sub(reserve);
         let (taken, small_served) = (&mut self.tick_taken.1, &mut self.small_served);
         let generator = &mut self.generator;
-        let (queue_wait, ids_issued) = (&self.queue_wait, &self.metrics.ids_issued);
+        let (replies, ids_issued) = (&self.replies, &self.metrics.ids_issued);
         let round = self.pending.serve(
             |request, budget| {
                 request.epoch = epoch;
@@ -472,7 +556,7 @@ impl<R: Responder> MinterCore<R> {
                         Err(why) => Served::Blocked(0, why),
                     },
                     Ask::Many(want) => {
-                        let small = want as u64 <= reserve;
+                        let small = is_small(request.ask, reserve);
                         let mut budget = budget;
                         // From the first small ask served on, in this pass too; and only
                         // while minting at the clock's tick: ahead of a clock that is behind
@@ -504,6 +588,11 @@ impl<R: Responder> MinterCore<R> {
                 }
             },
             |mut request| {
+                if !request.is_complete() {
+                    // Its caller has gone: what was minted for it is never issued.
+                    replies.discard(&request);
+                    return;
+                }
                 let ids = match request.ask {
                     Ask::One => Ids::One(request.one.take().expect("a complete NextId holds its ID")),
                     Ask::Many(_) => Ids::Many(std::mem::take(&mut request.filled)),
@@ -512,7 +601,7 @@ impl<R: Responder> MinterCore<R> {
                     Ids::One(_) => 1,
                     Ids::Many(ids) => ids.len() as u64,
                 };
-                if answer(queue_wait, now.boot, request, Ok(ids)) {
+                if replies.send(now.boot, request, Ok(ids)) {
                     ids_issued.inc_by(count);
                 }
                 minted = true;
@@ -626,13 +715,51 @@ impl<R: Responder> MinterCore<R> {
     /// Answers the pending requests whose deadline comes before `at` with an error: they
     /// would otherwise wait past it.
     fn expire_before(&mut self, at: Duration, error: impl Fn() -> MintError) {
-        let (queue_wait, now) = (&self.queue_wait, self.last_boot);
+        let (replies, now) = (&self.replies, self.last_boot);
         self.pending.retain(
             |request| request.deadline >= at,
             |request| {
-                answer(queue_wait, now, request, Err(error()));
+                replies.send(now, request, Err(error()));
             },
         );
+        self.deadlines_from = self.deadlines_from.max(at);
+    }
+
+    /// Takes the requests that arrived since the last pass into the queue, or answers them at
+    /// once, with nothing minted for them: one whose deadline has passed, and a large ask that
+    /// could not be minted, with the large asks queued before it, by the earliest of their
+    /// deadlines (the module doc says why). Large asks may take `per_tick` IDs a tick; asks of
+    /// at most `reserve` IDs are small.
+    fn admit(&mut self, now: Duration, per_tick: u64, reserve: u64) {
+        if self.arrived.is_empty() {
+            return;
+        }
+        let tick = Duration::from_millis(self.config.layout.tick_ms);
+        let mut arrived = std::mem::take(&mut self.arrived);
+        // Read off the queue once, at the first large ask.
+        let mut backlog: Option<Backlog> = None;
+        for request in arrived.drain(..) {
+            let refused = if request.deadline < now {
+                Some((1, MintError::Deadline("it had passed when the minter reached the call".into())))
+            } else if is_small(request.ask, reserve) {
+                None
+            } else {
+                let backlog = backlog.get_or_insert_with(|| Backlog::of(&self.pending, reserve));
+                backlog.admit(request.owed(), request.deadline, now, per_tick, tick).err().map(|error| (0, error))
+            };
+            match refused {
+                Some((reason, error)) => {
+                    self.refused_on_arrival[reason].inc();
+                    self.replies.send(now, request, Err(error));
+                }
+                None => {
+                    self.deadlines_from = self.deadlines_from.min(request.deadline);
+                    self.pending.push(request);
+                }
+            }
+        }
+        // The allocation is kept for the next arrivals.
+        self.arrived = arrived;
     }
 
     /// When idle and minting, wake at the claim's deadline to report not ready.
@@ -644,16 +771,89 @@ impl<R: Responder> MinterCore<R> {
     }
 }
 
-/// Sends `request` its answer and records how long it waited, from its asking to `now`;
-/// `false` when the caller has gone.
-fn answer<R: Responder>(
-    queue_wait: &[prometheus::Histogram; 2],
-    now: Duration,
-    request: Pending<R>,
-    result: Result<Ids, MintError>,
-) -> bool {
-    queue_wait[request.method()].observe(now.saturating_sub(request.asked).as_secs_f64());
-    request.reply.send(result)
+/// Where answers go out, and what is counted of each.
+struct Replies {
+    /// `snowmint_queue_wait_seconds` of NextId and of BatchIds, looked up once.
+    queue_wait: [prometheus::Histogram; 2],
+    /// `snowmint_ids_discarded_total`.
+    discarded: prometheus::IntCounter,
+}
+
+impl Replies {
+    /// Sends `request` its answer and records how long it waited, from its asking to `now`;
+    /// `false` when the caller has gone. What was minted for it and not sent is counted as
+    /// discarded.
+    fn send<R: Responder>(&self, now: Duration, request: Pending<R>, result: Result<Ids, MintError>) -> bool {
+        self.queue_wait[request.method()].observe(now.saturating_sub(request.asked).as_secs_f64());
+        let sending = match &result {
+            Ok(Ids::One(_)) => 1,
+            Ok(Ids::Many(ids)) => ids.len() as u64,
+            Err(_) => 0,
+        };
+        let kept = request.minted();
+        let sent = request.reply.send(result);
+        self.discarded.inc_by(kept + if sent { 0 } else { sending });
+        sent
+    }
+
+    /// Counts what was minted for `request`, whose caller has gone, as discarded.
+    fn discard<R>(&self, request: &Pending<R>) {
+        self.discarded.inc_by(request.minted());
+    }
+}
+
+/// The large asks queued: the IDs still owed to them, and the earliest of their deadlines.
+///
+/// Admission keeps the promise "answered within its deadline, or refused at once": the queue
+/// is work-conserving (a tick's IDs go to whoever waits), so every queued large ask is done
+/// once all their IDs are minted, whatever the order among connections. A large ask is
+/// admitted only if the IDs owed to every large ask queued, and its own, would be minted
+/// within [`ADMIT_WITHIN`] of the time to the earliest of their deadlines.
+struct Backlog {
+    owed: u64,
+    earliest: Option<Duration>,
+}
+
+impl Backlog {
+    /// The large asks of `queue` (those of more than `reserve` IDs).
+    fn of<R: Responder>(queue: &FairQueue<R>, reserve: u64) -> Backlog {
+        let mut backlog = Backlog { owed: 0, earliest: None };
+        for request in queue.iter().filter(|request| !is_small(request.ask, reserve)) {
+            backlog.owed += request.owed();
+            backlog.earliest = Some(backlog.earliest.map_or(request.deadline, |e| e.min(request.deadline)));
+        }
+        backlog
+    }
+
+    /// Adds a large ask of `ids` IDs due by `deadline`, if it and every one already in would
+    /// be minted in time at `per_tick` IDs a `tick` from `now`; otherwise why not.
+    fn admit(
+        &mut self,
+        ids: u64,
+        deadline: Duration,
+        now: Duration,
+        per_tick: u64,
+        tick: Duration,
+    ) -> Result<(), MintError> {
+        let earliest = self.earliest.map_or(deadline, |e| e.min(deadline));
+        let owed = self.owed.saturating_add(ids);
+        // One tick more: the one under way may be spent already.
+        let ticks = owed.div_ceil(per_tick.max(1)).saturating_add(1);
+        let (share, of) = ADMIT_WITHIN;
+        let wait_ns = (tick.as_nanos() as u64).saturating_mul(ticks).saturating_mul(of) / share;
+        let wait = Duration::from_nanos(wait_ns);
+        if now.saturating_add(wait) > earliest {
+            return Err(MintError::Saturated {
+                ids,
+                queued: self.owed,
+                wait_ms: wait.as_millis() as u64,
+                within_ms: earliest.saturating_sub(now).as_millis() as u64,
+            });
+        }
+        self.owed = owed;
+        self.earliest = Some(earliest);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -1016,6 +1216,125 @@ mod tests {
         // Connection 2's small batch overtakes connection 1's large one; connection 1's
         // NextId does not.
         assert_eq!(order, [(2, 100), (1, 5_000), (1, 1)]);
+    }
+
+    /// What a set of bulk callers got: each asked for its batches one at a time, asking again
+    /// a tick after each answer or refusal.
+    #[derive(Debug, Default)]
+    struct Bulk {
+        /// Ticks until every batch was answered (or the limit).
+        ticks: u64,
+        answered: usize,
+        refused: usize,
+        /// Answers and refusals that did not come as promised: an answer past its deadline,
+        /// a refusal later than the pass that first saw the request.
+        broken: Vec<String>,
+    }
+
+    /// `connections` callers, each wanting `batches` batches of `size` IDs, one in flight at
+    /// a time, each with `deadline`; the clock ticks once a millisecond, with one pass per
+    /// tick, for at most `limit` ticks.
+    fn bulk_callers(connections: u64, batches: usize, size: usize, deadline: Duration, limit: u64) -> Bulk {
+        let log = Tagged::default();
+        let mut core = tagged_core(FAIR_QUANTUM);
+        let held = long_holding();
+        let mut left: BTreeMap<u64, usize> = (1..=connections).map(|c| (c, batches)).collect();
+        let mut asked: BTreeMap<u64, Duration> = BTreeMap::new();
+        let mut due: Vec<u64> = (1..=connections).collect();
+        let mut bulk = Bulk { ticks: limit, ..Bulk::default() };
+        for tick in 0..limit {
+            let now = Duration::from_millis(tick);
+            for connection in due.drain(..) {
+                asked.insert(connection, now);
+                let reply = TaggedReply(log.clone(), connection);
+                core.push(Pending::new(Ask::Many(size), ConnectionKey(connection), now, now + deadline, reply));
+            }
+            core.pass(reading(EPOCH + 100 + tick as i64, tick), &held);
+            for (connection, result) in log.0.borrow_mut().drain(..) {
+                let at = asked[&connection];
+                match result {
+                    Ok(Ids::Many(ids)) => {
+                        assert_eq!(ids.len(), size);
+                        bulk.answered += 1;
+                        *left.get_mut(&connection).expect("a caller") -= 1;
+                        if now > at + deadline {
+                            bulk.broken.push(format!("asked at {at:?}, answered at {now:?}"));
+                        }
+                    }
+                    Err(e) => {
+                        bulk.refused += 1;
+                        if now != at {
+                            bulk.broken.push(format!("asked at {at:?}, refused at {now:?}: {e}"));
+                        }
+                    }
+                    Ok(Ids::One(_)) => unreachable!("no NextId was asked"),
+                }
+                if left[&connection] > 0 {
+                    due.push(connection);
+                }
+            }
+            if left.values().all(|&n| n == 0) {
+                bulk.ticks = tick + 1;
+                break;
+            }
+        }
+        bulk
+    }
+
+    #[test]
+    fn many_bulk_connections_with_deadlines_get_every_batch_near_the_ceiling() {
+        // 64 connections of BatchIds(65536) with 1 s deadlines, and 16 with 200 ms: served
+        // round robin alone, every batch would finish at 16 ms per connection, past its
+        // deadline, refused after its IDs were minted, again and again.
+        for (connections, deadline_ms) in [(64u64, 1_000u64), (16, 200)] {
+            let batches = 4;
+            let ideal = connections * batches as u64 * 65_536 / 4_096;
+            let bulk = bulk_callers(connections, batches, 65_536, Duration::from_millis(deadline_ms), 3 * ideal);
+            let want = connections as usize * batches;
+            assert!(
+                bulk.answered == want && bulk.broken.is_empty(),
+                "{connections} connections, {deadline_ms} ms deadlines: {} of {want} batches answered in {} ticks \
+                 ({ideal} at the ceiling), {} refusals, {} not as promised, the first: {:?}",
+                bulk.answered,
+                bulk.ticks,
+                bulk.refused,
+                bulk.broken.len(),
+                bulk.broken.first(),
+            );
+            // Goodput: nearly every tick's IDs went to a batch that was answered.
+            assert!(bulk.ticks <= ideal + ideal / 20 + 20, "{} ticks against {ideal} at the ceiling", bulk.ticks);
+        }
+    }
+
+    #[test]
+    fn a_request_whose_deadline_passed_before_its_pass_is_refused_with_nothing_minted() {
+        let log = Tagged::default();
+        let mut core = tagged_core(FAIR_QUANTUM);
+        let held = long_holding();
+        // Asked at 0 with 5 ms to go, first seen by a pass at 10 ms (the minter was busy, or
+        // the request waited to be handed over).
+        let late = |ask, connection| {
+            Pending::new(
+                ask,
+                ConnectionKey(connection),
+                Duration::ZERO,
+                Duration::from_millis(5),
+                TaggedReply(log.clone(), connection),
+            )
+        };
+        core.push(late(Ask::Many(100), 1));
+        core.push(late(Ask::One, 2));
+        core.push(from(3, Ask::One, &log));
+        core.pass(reading(EPOCH + 110, 10), &held);
+        let replies = log.0.borrow();
+        assert_eq!(replies.len(), 3, "{replies:?}");
+        for (connection, result) in &replies[..2] {
+            let got = result.as_ref().map(|_| "IDs");
+            assert!(matches!(result, Err(MintError::Deadline(_))), "connection {connection}: {got:?}");
+        }
+        // Nothing was minted for them: the next ID is the tick's first.
+        let Ok(Ids::One(id)) = replies[2].1 else { panic!("{:?}", replies[2]) };
+        assert_eq!(Layout::default_snowmint().unpack(id).sequence, 0, "IDs were minted for the late requests");
     }
 
     mod fair_shares {

@@ -22,6 +22,12 @@ pub enum MintError {
     LayoutExhausted { expiry: String },
     #[error("could not mint before the call's deadline: {0}")]
     Deadline(String),
+    /// Refused when it arrived, before anything was minted for it: the IDs already queued for
+    /// large asks and these would not all be minted by the earliest of their deadlines.
+    #[error(
+        "the minter is saturated: the {queued} IDs queued for large asks and these {ids} would take about {wait_ms} ms to mint, and the earliest of their deadlines is {within_ms} ms away; nothing was minted for this call: retry shortly or on another instance"
+    )]
+    Saturated { ids: u64, queued: u64, wait_ms: u64, within_ms: u64 },
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error(

@@ -107,7 +107,12 @@ impl<R: Responder> FairQueue<R> {
 
     /// Keeps the requests for which `keep` is true, and hands the others to `removed`.
     pub fn retain(&mut self, mut keep: impl FnMut(&Pending<R>) -> bool, mut removed: impl FnMut(Pending<R>)) {
+        let mut removed_any = false;
         for flow in self.flows.values_mut() {
+            if flow.queue.iter().all(&mut keep) {
+                continue;
+            }
+            removed_any = true;
             let mut kept = VecDeque::with_capacity(flow.queue.len());
             for request in flow.queue.drain(..) {
                 if keep(&request) {
@@ -119,8 +124,16 @@ impl<R: Responder> FairQueue<R> {
             }
             flow.queue = kept;
         }
+        if !removed_any {
+            return;
+        }
         self.flows.retain(|_, flow| !flow.queue.is_empty());
         self.order.retain(|key| self.flows.contains_key(key));
+    }
+
+    /// Every waiting request.
+    pub fn iter(&self) -> impl Iterator<Item = &Pending<R>> {
+        self.flows.values().flat_map(|flow| flow.queue.iter())
     }
 
     /// Every waiting request.
@@ -130,7 +143,7 @@ impl<R: Responder> FairQueue<R> {
 
     /// Serves requests in turn: `mint` gives the request at the head of the connection whose
     /// turn it is as many IDs as it can within the budget, `done` takes every request that is
-    /// complete. Ends when nothing waits, when every connection still waiting is held, or
+    /// complete, and every one whose caller has gone. Ends when nothing waits, when every connection still waiting is held, or
     /// when `mint` is blocked; a blocked turn goes on first at the next call, with the credit
     /// it has left.
     pub fn serve<B>(
@@ -154,7 +167,7 @@ impl<R: Responder> FairQueue<R> {
                 && let Some(head) = flow.queue.front_mut()
             {
                 if head.reply_closed() {
-                    flow.queue.pop_front();
+                    done(flow.queue.pop_front().expect("the head exists"));
                     self.len -= 1;
                     continue;
                 }

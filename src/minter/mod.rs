@@ -21,4 +21,4 @@ pub mod task;
 pub use core::{Ask, FAIR_QUANTUM, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 pub use error::{MintError, Readiness};
 pub use fair::ConnectionKey;
-pub use task::{MintHandle, MinterLinks, spawn};
+pub use task::{MintHandle, MinterLinks, QUEUE, spawn};
