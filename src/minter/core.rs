@@ -994,7 +994,13 @@ mod tests {
         // Slot 7 is lost (another slot held meanwhile), then resumed.
         core.pass(reading(EPOCH + 1_100, 100), &holding(2, 8, None, EPOCH + 5_000, 5_000));
         let resumed = Holding::Held(Grant {
-            slots: vec![SlotGrant { worker_id: 7, claim: 3, floor_ms: None, reserved_ms: EPOCH + 5_000, resumes: true }],
+            slots: vec![SlotGrant {
+                worker_id: 7,
+                claim: 3,
+                floor_ms: None,
+                reserved_ms: EPOCH + 5_000,
+                resumes: true,
+            }],
             epoch: 3,
             deadline: Some(Duration::from_millis(5_000)),
         });
