@@ -26,6 +26,12 @@ pub trait Clock: Send + Sync + 'static {
     fn awake(&self) -> Duration {
         self.monotonic()
     }
+    /// Where [`Clock::monotonic`]'s origin lies on the host's own boot-time clock, for what
+    /// outlives the process (the clock filter's memory): `None` for a clock with no host
+    /// behind it (tests), whose readings mean nothing to a later process.
+    fn host_boot_origin(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The operating system's clocks.
@@ -74,6 +80,10 @@ impl Clock for SystemClock {
 
     fn awake(&self) -> Duration {
         self.origin.elapsed()
+    }
+
+    fn host_boot_origin(&self) -> Option<Duration> {
+        Some(self.boot_origin)
     }
 }
 

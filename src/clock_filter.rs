@@ -53,6 +53,22 @@ impl ClockFilter {
         }
     }
 
+    /// A filter that starts from what an earlier process on this host knew: `high_offset_us`,
+    /// the highest offset of the wall clock over the boot-time clock it accepted (measured on
+    /// this filter's boot time). Without it, a restart in the middle of a jump would take the
+    /// jumped clock as its first reading, and so as the truth (issue 24, finding 7); with it,
+    /// the jump is one still to be confirmed, and the correction of a clock that was behind at
+    /// the restart is no jump at all.
+    pub fn seeded(threshold: Duration, confirm: Duration, high_offset_us: i64) -> ClockFilter {
+        ClockFilter { high_offset_us: Some(high_offset_us), ..ClockFilter::new(threshold, confirm) }
+    }
+
+    /// The highest offset of the wall clock over the boot-time clock accepted so far (µs),
+    /// what a later process on this host is seeded with.
+    pub fn high_offset_us(&self) -> Option<i64> {
+        self.high_offset_us
+    }
+
     /// Filters one reading (`wall_us` at boot time `boot`): the wall time to use, and what
     /// the reading did.
     pub fn filter(&mut self, wall_us: i64, boot: Duration) -> (i64, Option<JumpEvent>) {
@@ -93,6 +109,11 @@ impl FilteredClock {
     pub fn new(inner: Arc<dyn Clock>, filter: ClockFilter, on_jump: Arc<dyn Fn(JumpEvent) + Send + Sync>) -> Self {
         FilteredClock { inner, filter: Arc::new(Mutex::new(filter)), on_jump }
     }
+
+    /// The filter's [`ClockFilter::high_offset_us`], on the filter's boot time.
+    pub fn high_offset_us(&self) -> Option<i64> {
+        self.filter.lock().expect("clock filter lock").high_offset_us()
+    }
 }
 
 impl Clock for FilteredClock {
@@ -112,6 +133,10 @@ impl Clock for FilteredClock {
 
     fn awake(&self) -> Duration {
         self.inner.awake()
+    }
+
+    fn host_boot_origin(&self) -> Option<Duration> {
+        self.inner.host_boot_origin()
     }
 }
 
@@ -160,6 +185,49 @@ mod tests {
         let (t, event) = f.filter(110 * S, secs(3.0));
         assert_eq!(t, 103 * S);
         assert_eq!(event, Some(JumpEvent::Seen { ahead_ms: 7_000 }));
+    }
+
+    /// Issue 24, finding 7: a process started while the wall clock is jumped ahead, seeded
+    /// with what the one before it knew, does not take the jump as the truth: time goes on
+    /// with the boot clock from before the jump until the jump has lasted the window.
+    #[test]
+    fn a_restart_during_a_jump_does_not_adopt_it() {
+        let mut before = ClockFilter::new(secs(1.0), secs(10.0));
+        before.filter(100 * S, secs(0.0));
+        // The clock jumps an hour ahead, and the process is killed before it is confirmed.
+        assert_eq!(before.filter(3_701 * S, secs(1.0)).0, 101 * S);
+        let memory = before.high_offset_us().expect("a reading was accepted");
+        assert_eq!(memory, 100 * S, "the jump is not remembered as the truth");
+
+        // Without the memory, the restart takes the jumped clock at once.
+        let mut forgetful = ClockFilter::new(secs(1.0), secs(10.0));
+        assert_eq!(forgetful.filter(3_703 * S, secs(3.0)).0, 3_703 * S);
+
+        let mut after = ClockFilter::seeded(secs(1.0), secs(10.0), memory);
+        let (t, event) = after.filter(3_703 * S, secs(3.0));
+        assert_eq!(t, 103 * S);
+        assert_eq!(event, Some(JumpEvent::Seen { ahead_ms: 3_600_000 }));
+        // Corrected: no jump was ever followed.
+        assert_eq!(after.filter(105 * S, secs(5.0)), (105 * S, Some(JumpEvent::Corrected)));
+        // Had it lasted the window (counted from the restart), it would be adopted.
+        let mut lasting = ClockFilter::seeded(secs(1.0), secs(10.0), memory);
+        lasting.filter(3_703 * S, secs(3.0));
+        assert_eq!(lasting.filter(3_712 * S, secs(12.0)).0, 112 * S);
+        assert_eq!(lasting.filter(3_713 * S, secs(13.0)).0, 3_713 * S);
+    }
+
+    /// A process restarted with the clock behind, then corrected: the correction returns to
+    /// where the clock was before the restart, so it is followed at once (issue 24, finding
+    /// 11: without the memory it was a jump, and minting lagged real time by the step for
+    /// the confirmation window).
+    #[test]
+    fn the_correction_of_a_clock_behind_at_a_restart_is_no_jump() {
+        let mut after = ClockFilter::seeded(secs(1.0), secs(10.0), 100 * S);
+        assert_eq!(after.filter(98 * S, secs(1.0)), (98 * S, None));
+        assert_eq!(after.filter(102 * S, secs(2.0)), (102 * S, None));
+        let mut forgetful = ClockFilter::new(secs(1.0), secs(10.0));
+        forgetful.filter(98 * S, secs(1.0));
+        assert_eq!(forgetful.filter(102 * S, secs(2.0)).0, 99 * S, "the forgetful filter lags");
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub enum Defect {
     /// the simulator's disk model, which mirrors `StateFile::write`'s rule: the production
     /// check runs on a blocking thread, out of reach of a per-thread switch.
     StaleWriteLandsLate,
+    /// A claim's floor read takes the stored reservation as it is, whatever fence stands and
+    /// whether it is missing (issue 23: a restored snapshot's reservations, a deleted key,
+    /// trusted as the latest).
+    FenceIgnored,
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ pub struct SlotGrant {
     /// claim that wrote it, so the floor is that claim's floor, not the reservation this
     /// instance wrote itself, and minting goes on at once.
     pub resumes: bool,
+    /// Why the floor stands past the stored reservation, when a fence raised it (the store
+    /// went back in time, the reservation was missing): said in the minter's refusals.
+    pub fenced: Option<String>,
 }
 
 /// What the minter may mint with.
@@ -51,6 +54,11 @@ pub struct Grant {
     /// The boot-time instant ([`crate::clock::Clock::monotonic`]) past which the lease may
     /// have expired; `None` when the claim cannot expire (a local state file).
     pub deadline: Option<Duration>,
+    /// The keeper extends the reservations only when the minter asks: nothing was minted
+    /// lately, so they were left to lapse (an idle instance writes nothing). A minter past
+    /// them with nothing to mint is still ready; one with a request asks for an extension
+    /// and waits for it (one store write).
+    pub on_demand: bool,
 }
 
 impl Holding {

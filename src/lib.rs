@@ -5,7 +5,8 @@
 //! - [`layout`], [`generator`], [`clock`]: the pure core. A layout packs (time, worker,
 //!   sequence) into 64 bits; the generator turns ticks into IDs or says why it cannot; the
 //!   clock trait lets tests step time back and forth; [`clock_filter`] follows a forward
-//!   jump of the wall clock only once it has lasted. No I/O, no tokio.
+//!   jump of the wall clock only once it has lasted, and [`clock_memory`] keeps what it knew
+//!   for the next process on the host. No I/O (but that small file), no tokio.
 //! - [`minter`]: the single task that owns the generator and answers every request.
 //! - [`keeper`]: the slot keeper, the one place the claim and reservation rules live, as a
 //!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
@@ -31,6 +32,7 @@ pub mod admin;
 pub mod calls;
 pub mod clock;
 pub mod clock_filter;
+pub mod clock_memory;
 pub mod connect;
 pub mod connections;
 pub mod defects;

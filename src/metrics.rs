@@ -108,6 +108,10 @@ pub struct Metrics {
     pub sequence_wait_seconds: prometheus::Counter,
     pub lease_renewals: IntCounterVec,
     pub lease_lost: IntCounter,
+    /// Times the store was found gone back in time (a restored snapshot).
+    pub store_went_back: IntCounter,
+    /// Claims whose floor a fence raised past the stored reservation.
+    pub slots_fenced: IntCounter,
     pub lease_valid: IntGauge,
     pub minting: IntGauge,
     pub worker_id: IntGauge,
@@ -248,6 +252,16 @@ impl Metrics {
             "Worker slots lost (the lease expired, or a slot's key is no longer this instance's), each claimed again.",
         )
         .unwrap();
+        let store_went_back = IntCounter::new(
+            "snowmint_store_went_back_total",
+            "Times etcd was found gone back in time (a revision below one it gave before, another cluster, a reservation below this instance's own): a restored snapshot. Every claim's floor is fenced after it.",
+        )
+        .unwrap();
+        let slots_fenced = IntCounter::new(
+            "snowmint_slots_fenced_total",
+            "Claims whose floor a fence raised past the stored reservation (the store went back in time, or the reservation was missing): minting on them waits past anything anyone could have minted.",
+        )
+        .unwrap();
         let lease_valid = IntGauge::new(
             "snowmint_lease_valid",
             "1 while this instance holds its worker ID (always 1 in standalone mode).",
@@ -356,6 +370,8 @@ impl Metrics {
             sequence_wait_seconds,
             lease_renewals,
             lease_lost,
+            store_went_back,
+            slots_fenced,
             lease_valid,
             minting,
             worker_id,
@@ -400,6 +416,8 @@ impl Metrics {
             Box::new(self.sequence_wait_seconds.clone()),
             Box::new(self.lease_renewals.clone()),
             Box::new(self.lease_lost.clone()),
+            Box::new(self.store_went_back.clone()),
+            Box::new(self.slots_fenced.clone()),
             Box::new(self.lease_valid.clone()),
             Box::new(self.minting.clone()),
             Box::new(self.worker_id.clone()),

@@ -22,6 +22,7 @@ use tonic_health::server::HealthReporter;
 use crate::calls::Counted;
 use crate::clock::Clock;
 use crate::clock_filter::{ClockFilter, FilteredClock, JumpEvent};
+use crate::clock_memory::ClockMemory;
 use crate::connect::Connect;
 use crate::generator::Generator;
 use crate::grant::Minted;
@@ -153,6 +154,9 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// How long closed slot history records are kept; `None`: no history is kept.
     pub history_retention: Option<Duration>,
+    /// Where the clock filter's memory is kept across restarts ([`crate::clock_memory`]):
+    /// the state dir, in either mode. `None`: nowhere (each start trusts its first reading).
+    pub clock_memory_dir: Option<PathBuf>,
     /// gRPC over TLS; plain text when `None`.
     pub tls: Option<GrpcTls>,
     pub limits: Limits,
@@ -178,9 +182,22 @@ pub enum ServeError {
     Tls(String),
 }
 
-/// `clock` with forward jumps confirmed before they are followed, logged and counted.
-fn filtered(clock: Arc<dyn Clock>, config: &ServeConfig, metrics: &Metrics) -> Arc<dyn Clock> {
-    let filter = ClockFilter::new(config.forward_jump_threshold, config.forward_jump_confirm);
+/// `clock` with forward jumps confirmed before they are followed, logged and counted, the
+/// filter started from what an earlier process of this boot knew, if anything.
+fn filtered(
+    clock: Arc<dyn Clock>,
+    config: &ServeConfig,
+    metrics: &Metrics,
+    memory: Option<&ClockMemory>,
+) -> Arc<FilteredClock> {
+    let (threshold, confirm) = (config.forward_jump_threshold, config.forward_jump_confirm);
+    let filter = match memory.and_then(ClockMemory::load) {
+        Some(high_offset_us) => {
+            tracing::debug!(high_offset_us, "the clock filter starts from the last process's reference");
+            ClockFilter::seeded(threshold, confirm, high_offset_us)
+        }
+        None => ClockFilter::new(threshold, confirm),
+    };
     let (seen, adopted) = (metrics.clock_forward_jumps.clone(), metrics.clock_forward_jumps_adopted.clone());
     let confirm = config.forward_jump_confirm;
     let on_jump = move |event: JumpEvent| match event {
@@ -199,6 +216,42 @@ fn filtered(clock: Arc<dyn Clock>, config: &ServeConfig, metrics: &Metrics) -> A
         JumpEvent::Corrected => tracing::info!("the wall clock came back before its jump forward was confirmed"),
     };
     Arc::new(FilteredClock::new(clock, filter, Arc::new(on_jump)))
+}
+
+/// How often the clock filter's reference is looked at, to keep it for a later process.
+const CLOCK_MEMORY_EVERY: Duration = Duration::from_secs(1);
+
+/// Keeps the clock filter's reference in `memory` whenever it moved, until `shutdown`, and
+/// once more then. A failed write is logged once and tried again later: the memory is a
+/// hint, never a condition for minting.
+async fn keep_clock_memory(clock: Arc<FilteredClock>, memory: ClockMemory, shutdown: CancellationToken) {
+    let mut saved: Option<i64> = None;
+    let mut warned = false;
+    loop {
+        let stopping = tokio::select! {
+            () = shutdown.cancelled() => true,
+            () = tokio::time::sleep(CLOCK_MEMORY_EVERY) => false,
+        };
+        if let Some(high) = clock.high_offset_us()
+            && saved.is_none_or(|s| (high - s).abs() >= crate::clock_memory::SAVE_AFTER_US)
+        {
+            match memory.save(high) {
+                Ok(()) => saved = Some(high),
+                Err(error) if !warned => {
+                    warned = true;
+                    tracing::warn!(
+                        path = %memory.path().display(),
+                        %error,
+                        "cannot keep the clock filter's reference for the next start; a restart during a forward jump of the clock will follow it at once"
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
 }
 
 /// How long the final reservation and the release may take on shutdown.
@@ -251,13 +304,16 @@ async fn start_keeper(
     history: Option<Tap>,
 ) -> Result<KeeperHandle, ServeError> {
     let seed = clock.wall_us() as u64 ^ (u64::from(std::process::id()) << 32);
+    let window_ms = config.reservation_window.as_millis() as i64;
+    let max_fleet_skew_ms = (!config.max_fleet_skew.is_zero()).then_some(config.max_fleet_skew.as_millis() as i64);
     let keeper_config = |policy, ttl| KeeperConfig {
         policy,
         ttl,
-        window_ms: config.reservation_window.as_millis() as i64,
+        window_ms,
         layout: config.layout.clone(),
         seed,
-        max_fleet_skew_ms: (!config.max_fleet_skew.is_zero()).then_some(config.max_fleet_skew.as_millis() as i64),
+        max_fleet_skew_ms,
+        fence_window_ms: keeper::fence_window_ms(ttl, config.max_clock_drift, window_ms, max_fleet_skew_ms),
     };
     let driver = |call_timeout, start_timeout| DriverConfig {
         call_timeout,
@@ -322,7 +378,16 @@ pub async fn run(
     metrics.layout_expiry_timestamp_seconds.set(config.layout.expiry_ms() as f64 / 1000.0);
     // The minter and the keeper read one filtered wall clock: a forward jump is followed
     // only once it has lasted, so a jump corrected soon never drags the reservations ahead.
-    let clock = filtered(clock, &config, &metrics);
+    // The filter's reference outlives the process: a restart in a jump does not adopt it.
+    let memory = config
+        .clock_memory_dir
+        .as_deref()
+        .zip(clock.host_boot_origin())
+        .and_then(|(dir, origin)| ClockMemory::for_this_boot(dir, origin));
+    let filtered_clock = filtered(clock, &config, &metrics, memory.as_ref());
+    let memory_task =
+        memory.map(|memory| tokio::spawn(keep_clock_memory(filtered_clock.clone(), memory, shutdown.clone())));
+    let clock: Arc<dyn Clock> = filtered_clock;
 
     // A record is written only once a claim is granted: a start that fails writes none.
     let (tap, history) = match start_history(&config, &clock, &metrics).await {
@@ -450,6 +515,9 @@ pub async fn run(
         history.recorder.finish(FINISH_LIMIT).await;
     }
     let _ = health_task.await;
+    if let Some(task) = memory_task {
+        let _ = task.await;
+    }
     let admin = admin_task.await.expect("admin task panicked");
     admin.map_err(ServeError::Admin)?;
     tracing::info!("stopped");

@@ -35,6 +35,11 @@ async fn kills_restarts_and_a_paused_zombie_on_an_etcd_fleet() {
     let mut fleet = Fleet::etcd(3, 3).await;
     fleet::kill_and_restart(&mut fleet, 0, 0.0).await;
     fleet::kill_and_restart(&mut fleet, 1, 2.0).await;
+    // Issue 24, finding 11: a restart with the clock behind, its correction, then a step back
+    // beyond the bound at once: the correction is no jump, so minting does not lag real time
+    // and the step back is refused as every other is.
+    fleet::clock_large_step_back(&mut fleet, 1, 12.0, 10.0).await;
+    fleet::restart_during_forward_jump(&mut fleet, 0, 30.0).await;
     fleet::pause_and_takeover(&mut fleet, 2).await;
     fleet.stop().await;
 }
@@ -56,6 +61,7 @@ async fn standalone_clock_kills_and_broken_state_files() {
     let mut fleet = Fleet::standalone(&[]).await;
     fleet::kill_and_restart(&mut fleet, 0, 0.0).await;
     fleet::kill_and_restart(&mut fleet, 0, 2.0).await;
+    fleet::restart_during_forward_jump(&mut fleet, 0, 30.0).await;
     for how in ["deleted", "truncated", "corrupted"] {
         fleet::break_state_file(&mut fleet, how).await;
     }
@@ -105,7 +111,7 @@ async fn soak() {
     while Instant::now() < until {
         let i = rng.below(cluster.nodes.len());
         let secs = 1.0 + rng.below(4) as f64;
-        match rng.below(13) {
+        match rng.below(14) {
             0 => {
                 fleet::clock_small_step_back(&mut cluster, i).await;
             }
@@ -147,6 +153,12 @@ async fn soak() {
             }
             11 => {
                 fleet::several_slots_per_instance(&mut cluster).await;
+            }
+            12 if rng.below(2) == 0 => {
+                fleet::restart_during_forward_jump(&mut cluster, i, 5.0 + secs).await;
+            }
+            12 => {
+                fleet::restart_during_forward_jump(&mut solo, 0, 5.0 + secs).await;
             }
             _ => {
                 fleet::break_state_file(&mut solo, ["deleted", "truncated", "corrupted"][rng.below(3)]).await;

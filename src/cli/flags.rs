@@ -18,6 +18,7 @@ use super::audit::AuditArgs;
 use super::bench::BenchArgs;
 use super::clients::{BatchArgs, ClientArgs};
 use super::decode::DecodeArgs;
+use super::fence::FenceArgs;
 use super::serve::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -37,6 +38,9 @@ pub enum Command {
     /// Check the slot history: each holder minted only above its predecessor's last
     /// reservation, and no two minting windows of a slot overlap.
     Audit(AuditArgs),
+    /// After etcd was restored from a snapshot: fence the fleet, so that no claim takes a
+    /// floor from a reservation older than the restore.
+    Fence(FenceArgs),
     /// Ask a server for one ID.
     Next(ClientArgs),
     /// Ask a server for a batch of IDs.

@@ -77,7 +77,8 @@ pub struct ServeArgs {
     /// IDs per tick. In standalone mode, give the IDs with --worker-id instead.
     #[arg(long, env = "SNOWMINT_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub slots: Option<u32>,
-    /// Where standalone mode keeps its reservation state.
+    /// Where standalone mode keeps its reservation state; in either mode, where the clock
+    /// filter's reference is kept for the next start on this host (`clock.json`).
     #[arg(long, env = "SNOWMINT_STATE_DIR", default_value = "snowmint-state")]
     pub state_dir: PathBuf,
     /// Start even though this worker's state file is missing from a state dir it used
@@ -305,6 +306,7 @@ impl ServeArgs {
             max_fleet_skew: self.max_fleet_skew_ms,
             shutdown_grace: self.shutdown_grace_ms,
             history_retention: (!self.history_retention.is_zero()).then_some(self.history_retention),
+            clock_memory_dir: Some(self.state_dir.clone()),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()).map(|(cert, key)| GrpcTls {
                 cert,
                 key,

@@ -369,6 +369,26 @@ impl Driver {
             Event::Corrupt { slot, location, reason } => {
                 tracing::error!(worker_id = slot, %location, %reason, "stored reservation is corrupt; never overwritten")
             }
+            Event::StoreWentBack { detail, fence_until_ms } => {
+                m.store_went_back.inc();
+                tracing::error!(
+                    %detail,
+                    fence_until = %rfc3339_ms(fence_until_ms),
+                    "etcd went back in time (a restored snapshot?): what was written since is lost; every claim's floor is fenced until past anything minted under the lost state, and this instance's own reservations are written again"
+                );
+            }
+            Event::SlotFenced { slot, until_ms, reason } => {
+                m.slots_fenced.inc();
+                tracing::warn!(
+                    worker_id = slot,
+                    until = %rfc3339_ms(until_ms),
+                    %reason,
+                    "the floor of this claim is fenced: nothing is minted on it before then"
+                );
+            }
+            Event::FenceSet { until_ms } => {
+                tracing::warn!(until = %rfc3339_ms(until_ms), "fence set in etcd for the rest of the fleet")
+            }
             Event::FinalSaved { slots } => {
                 let until_ms = slots.iter().map(|&(_, until)| until).max().unwrap_or(0);
                 tracing::info!(?slots, reserved_until = %rfc3339_ms(until_ms), "final reservation saved")

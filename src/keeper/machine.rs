@@ -18,7 +18,7 @@ use crate::defects::{self, Defect};
 use crate::grant::{Grant, Holding, Minted, SlotGrant};
 use crate::layout::{Layout, rfc3339_ms};
 use crate::store::{
-    MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version, Write,
+    Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version, Write,
 };
 
 /// A reading of the clocks.
@@ -54,6 +54,26 @@ pub struct KeeperConfig {
     /// other instances' clocks (each counted once, whatever slots it holds), the start stops,
     /// or a running instance stops minting until its clock agrees again. `None`: no check.
     pub max_fleet_skew_ms: Option<i64>,
+    /// How far past the wall clock a fence reaches (see [`fence_window_ms`]): when the
+    /// store is found to have gone back in time, or a slot's reservation to be missing, no
+    /// floor is trusted, and minting waits until past anything anyone could have minted.
+    pub fence_window_ms: i64,
+}
+
+/// How far past "now" anyone may have minted on a slot whose stored reservation is lost (the
+/// store went back in time, the key was deleted): a holder whose claim was lost with it mints
+/// on until its lease deadline (`ttl`), its minting time runs up to `max_clock_drift` ahead of
+/// its clock, its reservation reaches a `window` past that, and its clock may stand
+/// `max_fleet_skew` from this one (30 s where the check is off).
+pub fn fence_window_ms(
+    ttl: Duration,
+    max_clock_drift: Duration,
+    window_ms: i64,
+    max_fleet_skew_ms: Option<i64>,
+) -> i64 {
+    let ttl_ms = if ttl == Duration::MAX { 0 } else { ttl.as_millis().min(i64::MAX as u128) as i64 };
+    let skew = max_fleet_skew_ms.unwrap_or(30_000);
+    ttl_ms.saturating_add(max_clock_drift.as_millis() as i64).saturating_add(window_ms).saturating_add(skew)
 }
 
 /// Why the keeper cannot hold what it was asked to.
@@ -147,6 +167,23 @@ pub enum Event {
         location: String,
         reason: String,
     },
+    /// The store went back in time (a restored snapshot): what was written since its state
+    /// is lost. Every floor read before the fence is raised to it; this instance's own slots
+    /// are written again over what the store holds now.
+    StoreWentBack {
+        detail: String,
+        fence_until_ms: i64,
+    },
+    /// A fence (this instance's or the fleet's) raised the floor of `slot`.
+    SlotFenced {
+        slot: u32,
+        until_ms: i64,
+        reason: String,
+    },
+    /// The fleet's fence was written to the store, for every other instance's claims.
+    FenceSet {
+        until_ms: i64,
+    },
     /// The final (shrunk) reservation of each slot written, Unix ms.
     FinalSaved {
         slots: Vec<(u32, i64)>,
@@ -172,12 +209,32 @@ struct Slot {
     /// The highest reservation this instance wrote durably for the slot under this claim.
     confirmed_ms: Option<i64>,
     resumes: bool,
+    /// The last confirmed write marked the slot idle ([`Write::idle`]): it is extended again
+    /// only when the minter asks.
+    idle_marked: bool,
+    /// The store lost what this instance wrote (it went back in time): write the slot again,
+    /// never below what was confirmed, once its version is read.
+    repair: bool,
+    /// Why the floor was raised past the stored reservation, if it was (a fence).
+    fenced: Option<String>,
+}
+
+/// A fence as this instance knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KnownFence {
+    until_ms: i64,
+    /// The fence's version in the store; `None` for one this instance set and has not read
+    /// back: every reservation read is below it.
+    version: Option<Version>,
+    reason: String,
 }
 
 /// A reservation this instance wrote and saw confirmed, and the claim it wrote it under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct OwnWrite {
     version: Version,
+    /// What it wrote: the store never holds less for the slot unless it went back in time.
+    until_ms: i64,
     /// The floor of the claim it was written under: every other holder's minting on the slot
     /// before that claim lies at or below it.
     floor_ms: Option<i64>,
@@ -278,6 +335,11 @@ pub struct Keeper {
     /// are read, written and minted on as usual).
     next_claim_at: Option<Duration>,
     stopping: Option<Stopping>,
+    /// The highest fence known: floors read below it are raised to it.
+    fence: Option<KnownFence>,
+    /// A fence to set in the store for the rest of the fleet, once this instance found the
+    /// store gone back in time.
+    fence_to_set: Option<(i64, String)>,
     done: bool,
     fatal: Option<KeeperError>,
     /// True once every wanted slot was granted at least once: before that, failures that
@@ -307,6 +369,11 @@ const COUNT_EVERY: Duration = Duration::from_secs(30);
 /// keys (more of them where instances hold many slots) and one of as many reservations.
 const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 const SAMPLE_PEERS: u32 = 9;
+/// How long the minter may mint nothing before the reservations are left to lapse: an idle
+/// instance writes nothing (issue 23: at rest, a fleet's writes are what fills etcd), and its
+/// next request waits for one write. Long enough that a caller asking every few seconds
+/// never waits for it.
+pub const IDLE_AFTER_MS: i64 = 10_000;
 /// How many TTLs after a claim of unknown outcome (or a loss) the session keeps checking
 /// for slots bound to it that it does not use. A request outlives its call timeout (a fifth
 /// of the TTL at most) only as a rare late copy.
@@ -345,6 +412,8 @@ impl Keeper {
             skew_refusal: None,
             next_claim_at: None,
             stopping: None,
+            fence: None,
+            fence_to_set: None,
             done: false,
             fatal: None,
             started: false,
@@ -478,6 +547,13 @@ impl Keeper {
             return;
         };
         let InFlight { request, sent, .. } = in_flight;
+        let reply = match reply {
+            Reply::WentBack { detail, reply } => {
+                self.went_back(now, detail);
+                *reply
+            }
+            reply => reply,
+        };
         if let Reply::Failed { error, outcome } = &reply {
             self.failed(now, &request, error.clone(), *outcome);
             return;
@@ -493,7 +569,13 @@ impl Keeper {
             }
             (Request::SampleClocks { .. }, Reply::PeerClocks(clocks)) => self.sampled(now, clocks),
             (Request::Claim { slot, session }, Reply::Claimed { won, .. }) => self.claimed(now, session, slot, won),
-            (Request::ReadReservations { .. }, Reply::Reservations(reads)) => self.read(reads),
+            (Request::ReadReservations { .. }, Reply::Reservations { reads, fence }) => self.read(now, reads, fence),
+            (Request::SetFence { until_ms, .. }, Reply::FenceSet) => {
+                if self.fence_to_set.as_ref().is_some_and(|(u, _)| *u <= until_ms) {
+                    self.fence_to_set = None;
+                }
+                self.events.push_back(Event::FenceSet { until_ms });
+            }
             (Request::WriteReservations { writes, .. }, Reply::Written(versions)) => {
                 self.written(now, writes, versions)
             }
@@ -540,6 +622,10 @@ impl Keeper {
         let Some(session) = self.session.as_ref().map(|s| s.id) else {
             return Some(Request::OpenSession { ttl: self.config.ttl });
         };
+        // The fleet hears of a store gone back before anything else is written to it.
+        if let Some((until_ms, reason)) = self.fence_to_set.clone() {
+            return Some(Request::SetFence { until_ms, reason });
+        }
         if let Some(&slot) = self.to_release.first() {
             return Some(Request::Release { session, slot });
         }
@@ -580,9 +666,10 @@ impl Keeper {
     }
 
     /// The fleet's clock check: this clock against the median of the others' published
-    /// clocks. Each was published with a reservation write, and a holder writes each time its
-    /// minting time gains a third of a window, so a write is on average a sixth of a window
-    /// old: the correction added to each, with an error of at most that much either way.
+    /// clocks. Each was published with a reservation write, and a minting holder writes each
+    /// time its minting time gains two thirds of a window, so a write is on average a third
+    /// of a window old: the correction added to each, with an error of at most that much
+    /// either way. A holder minting nothing stops writing and says so; its clock is left out.
     fn sampled(&mut self, now: Now, clocks: Vec<PeerClock>) {
         self.next_sample = Some(now.boot + SAMPLE_EVERY);
         let Some(max) = self.config.max_fleet_skew_ms else { return };
@@ -627,7 +714,7 @@ impl Keeper {
         let session = self.session.as_ref().map(|s| s.id);
         let mut by_holder: BTreeMap<SessionId, Vec<i64>> = BTreeMap::new();
         for clock in clocks.into_iter().filter(|c| !own.contains(&c.slot) && Some(c.holder) != session) {
-            by_holder.entry(clock.holder).or_default().push(clock.wall_ms.saturating_add(self.config.window_ms / 6));
+            by_holder.entry(clock.holder).or_default().push(clock.wall_ms.saturating_add(self.config.window_ms / 3));
         }
         by_holder.into_values().map(|mut walls| median(&mut walls)).collect()
     }
@@ -700,9 +787,13 @@ impl Keeper {
         self.config.layout.expiry_ms().saturating_sub(1)
     }
 
+    /// What a slot's reservation is measured from: the minting time, never below its floor.
+    fn extension_base(&self, now: Now, slot: &Slot) -> i64 {
+        self.base_ms(now).max(slot.floor_ms.unwrap_or(i64::MIN))
+    }
+
     fn target_ms(&self, now: Now, slot: &Slot) -> i64 {
-        let base = self.base_ms(now).max(slot.floor_ms.unwrap_or(i64::MIN));
-        base.saturating_add(self.config.window_ms).min(self.ceiling_ms())
+        self.extension_base(now, slot).saturating_add(self.config.window_ms).min(self.ceiling_ms())
     }
 
     /// Whether `slot` needs a reservation write now.
@@ -713,14 +804,37 @@ impl Keeper {
         match slot.phase {
             Phase::NeedFloor => false,
             Phase::NeedFirstWrite => true,
+            Phase::Granted if slot.repair => true,
             Phase::Granted => {
                 let target = self.target_ms(now, slot);
                 let confirmed = slot.confirmed_ms.unwrap_or(i64::MIN);
-                // Extended a third of a window ahead of need, so the hot path never waits.
+                if self.extend_asap {
+                    return target > confirmed;
+                }
+                if !self.minting_lately(now) {
+                    // Nothing minted lately: no extension until the minter asks. One write
+                    // says so, for the fleet's clock check, which must not take this
+                    // instance's last published clock for its clock now.
+                    return !slot.idle_marked;
+                }
+                // Extended when a third of a window is left, to a whole window: once every
+                // two thirds of a window, and the hot path never waits.
                 target > confirmed
-                    && (self.extend_asap || target.saturating_sub(confirmed) >= self.config.window_ms / 3)
+                    && confirmed.saturating_sub(self.extension_base(now, slot)) <= self.config.window_ms / 3
             }
         }
+    }
+
+    /// Whether the minter minted lately: its minting time is within [`IDLE_AFTER_MS`] of the
+    /// wall clock (or ahead of it). A process that never minted has not.
+    fn minting_lately(&self, now: Now) -> bool {
+        self.mint_ms.is_some_and(|m| m >= now.wall_ms.saturating_sub(IDLE_AFTER_MS))
+    }
+
+    /// Whether `slot`'s next write only marks it idle: the minter minted nothing lately and
+    /// has not asked for more.
+    fn idle_write(&self, now: Now, slot: &Slot) -> bool {
+        slot.phase == Phase::Granted && !slot.repair && !self.extend_asap && !self.minting_lately(now)
     }
 
     fn next_write_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
@@ -735,11 +849,21 @@ impl Keeper {
         let writes: Vec<Write> = due
             .into_iter()
             .take(MAX_WRITES)
-            .map(|slot| Write {
-                slot: slot.id,
-                until_ms: self.target_ms(now, slot),
-                expect: Some(slot.version.expect("needs_write checked it")),
-                wall_ms: now.wall_ms,
+            .map(|slot| {
+                let idle = self.idle_write(now, slot);
+                Write {
+                    slot: slot.id,
+                    // An idle mark leaves the reservation where it is; a first write marks a
+                    // slot idle too when nothing was minted lately (a new process).
+                    // Never below what was confirmed: a repair writes back at least that.
+                    until_ms: match (idle, slot.confirmed_ms) {
+                        (true, Some(confirmed)) => confirmed,
+                        (_, confirmed) => self.target_ms(now, slot).max(confirmed.unwrap_or(i64::MIN)),
+                    },
+                    expect: Some(slot.version.expect("needs_write checked it")),
+                    wall_ms: now.wall_ms,
+                    idle: idle || (slot.phase == Phase::NeedFirstWrite && !self.minting_lately(now)),
+                }
             })
             .collect();
         // Invariant 3: the write applies only while this session holds each slot, and only
@@ -753,21 +877,27 @@ impl Keeper {
         Some(Request::WriteReservations { session, writes, check_claim })
     }
 
-    /// When the next extension falls due, if nothing else prompts it.
+    /// When the next extension (or idle mark) falls due, if nothing else prompts it.
     fn next_extension_at(&self, now: Now) -> Option<Duration> {
         let granted = self.slots.iter().filter(|s| s.phase == Phase::Granted && s.version.is_some());
         if granted.clone().any(|s| self.needs_write(now, s)) {
             return Some(now.boot);
         }
+        if !self.minting_lately(now) {
+            // Idle and marked so: only the minter's wish wakes the keeper.
+            return None;
+        }
+        let after = |wait_ms: i64| (wait_ms > 0).then(|| now.boot + Duration::from_millis(wait_ms as u64));
+        // The instant the minter has minted nothing for IDLE_AFTER_MS: then the idle mark.
+        let idle_at = self.mint_ms.and_then(|m| after(m + IDLE_AFTER_MS + 1 - now.wall_ms));
         granted
             .filter_map(|s| s.confirmed_ms)
             .filter_map(|confirmed| {
-                // Due when base + window - confirmed reaches a third of the window; a
-                // reservation already at the layout's ceiling never falls due.
-                let due_base = confirmed - self.config.window_ms + self.config.window_ms / 3;
-                let wait = due_base.saturating_sub(self.base_ms(now));
-                (wait > 0).then(|| now.boot + Duration::from_millis(wait as u64))
+                // Due when a third of a window is left; a reservation already at the
+                // layout's ceiling never falls due.
+                after((confirmed - self.config.window_ms / 3).saturating_sub(self.base_ms(now)))
             })
+            .chain(idle_at)
             .min()
     }
 
@@ -817,7 +947,7 @@ impl Keeper {
             let until_ms = last.max(slot.floor_ms).unwrap_or(epoch).max(epoch);
             if slot.confirmed_ms.is_some_and(|c| until_ms < c) {
                 // The writer's clock is stamped as each request goes out.
-                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: 0 });
+                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: 0, idle: true });
             }
         }
         Some(writes)
@@ -955,6 +1085,9 @@ impl Keeper {
             floor_ms: None,
             confirmed_ms: None,
             resumes: false,
+            idle_marked: false,
+            repair: false,
+            fenced: None,
         });
         self.slots.sort_by_key(|s| s.id);
     }
@@ -985,7 +1118,7 @@ impl Keeper {
         let corrupt =
             |reason: String| KeeperError::Corrupt { slot: read.slot, location: read.location.clone(), reason };
         match &read.stored {
-            Stored::Absent => Ok((None, Version::Absent)),
+            Stored::Absent | Stored::Missing { .. } => Ok((None, Version::Absent)),
             Stored::Corrupt { reason } => Err(corrupt(reason.clone())),
             Stored::Reserved { until_ms, version } => {
                 let layout = &self.config.layout;
@@ -1004,11 +1137,17 @@ impl Keeper {
         }
     }
 
-    fn read(&mut self, reads: Vec<SlotRead>) {
+    fn read(&mut self, now: Now, reads: Vec<SlotRead>, fence: Option<Fence>) {
+        if let Some(fence) = fence {
+            self.raise_fence(KnownFence {
+                until_ms: fence.until_ms,
+                version: Some(fence.version),
+                reason: fence.reason,
+            });
+        }
         for read in reads {
             let Some(index) = self.slots.iter().position(|s| s.id == read.slot) else { continue };
             let checked = self.check_stored(&read);
-            let slot = &mut self.slots[index];
             match checked {
                 Err(error) => {
                     let KeeperError::Corrupt { slot: id, location, reason } = &error else { unreachable!() };
@@ -1027,43 +1166,129 @@ impl Keeper {
                     self.lose(id, LossReason::Corrupt);
                     self.to_release.push(id);
                 }
-                Ok((value, version)) => match slot.phase {
-                    Phase::NeedFloor => {
-                        // Invariant 2: the floor is read after the claim succeeded, with a
-                        // linearizable read; only later ticks are minted.
-                        slot.version = Some(version);
-                        // Nobody wrote the reservation since this instance's own last write:
-                        // nobody else minted on the slot since the claim that wrote it, so
-                        // this claim continues that one, above that claim's floor (which
-                        // covers every other holder before it). Not the floor of some older
-                        // claim the minter saw: between the two, another holder may have
-                        // minted (finding 1 of the second reading). This process's own IDs
-                        // are kept apart by the generator's cursor, which only moves up.
-                        match self.own_writes.get(&slot.id) {
-                            Some(own) if own.version == version && version != Version::Absent => {
-                                slot.floor_ms = own.floor_ms;
-                                slot.resumes = true;
-                            }
-                            _ => {
-                                slot.floor_ms = value;
-                                slot.resumes = false;
-                            }
-                        }
-                        slot.phase = Phase::NeedFirstWrite;
+                Ok((value, version)) if self.slots[index].phase == Phase::NeedFloor => {
+                    self.floor_read(now, index, &read, value, version)
+                }
+                Ok((value, version)) => {
+                    // Re-read after a write of unknown outcome: learn the version to write
+                    // over, nothing more. The value may be another holder's (the slot's key
+                    // may be gone, deleted by hand): only a write of this session, confirmed,
+                    // extends what may be minted (invariant 1), and the next write's claim
+                    // check finds out whether the slot is still this one's.
+                    let slot = &mut self.slots[index];
+                    slot.version = Some(version);
+                    if slot.confirmed_ms.is_some_and(|c| value.is_none_or(|v| v < c)) && !slot.repair {
+                        let detail = format!(
+                            "the reservation of slot {} reads {}, below {} that this instance wrote and saw confirmed",
+                            slot.id,
+                            value.map_or("nothing".into(), rfc3339_ms),
+                            rfc3339_ms(slot.confirmed_ms.expect("checked"))
+                        );
+                        self.went_back(now, detail);
                     }
-                    _ => {
-                        // Re-read after a write of unknown outcome: learn the version to write
-                        // over, nothing more. The value may be another holder's (the slot's
-                        // key may be gone, deleted by hand): only a write of this session,
-                        // confirmed, extends what may be minted (invariant 1), and the next
-                        // write's claim check finds out whether the slot is still this one's.
-                        let _ = value;
-                        slot.version = Some(version);
-                    }
-                },
+                }
             }
         }
         self.publish();
+    }
+
+    /// The floor of a new claim of `self.slots[index]`, read after the claim (invariant 2):
+    /// the stored reservation, or the claim it continues, raised to a fence where one stands.
+    fn floor_read(&mut self, now: Now, index: usize, read: &SlotRead, value: Option<i64>, version: Version) {
+        let id = self.slots[index].id;
+        let own = self.own_writes.get(&id).copied();
+        // The stored reservation never goes down, nor its version back: below this instance's
+        // own confirmed write, the store lost what was written since (a restored snapshot).
+        if let Some(own) = own
+            && (version < own.version || value.is_none_or(|v| v < own.until_ms))
+        {
+            let detail = format!(
+                "the reservation of slot {id} reads {} (version {version:?}), below {} (version {:?}) that this instance wrote and saw confirmed",
+                value.map_or("nothing".into(), rfc3339_ms),
+                rfc3339_ms(own.until_ms),
+                own.version
+            );
+            self.went_back(now, detail);
+        }
+        let own = self.own_writes.get(&id).copied();
+        let slot = &mut self.slots[index];
+        // Invariant 2: the floor is read after the claim succeeded, with a linearizable
+        // read; only later ticks are minted.
+        slot.version = Some(version);
+        // Nobody wrote the reservation since this instance's own last write: nobody else
+        // minted on the slot since the claim that wrote it, so this claim continues that one,
+        // above that claim's floor (which covers every other holder before it). Not the floor
+        // of some older claim the minter saw: between the two, another holder may have minted
+        // (finding 1 of the second reading). This process's own IDs are kept apart by the
+        // generator's cursor, which only moves up.
+        match own {
+            Some(own) if own.version == version && version != Version::Absent => {
+                slot.floor_ms = own.floor_ms;
+                slot.resumes = true;
+            }
+            _ => {
+                slot.floor_ms = value;
+                slot.resumes = false;
+            }
+        }
+        slot.fenced = None;
+        if defects::active(Defect::FenceIgnored) {
+            slot.phase = Phase::NeedFirstWrite;
+            return;
+        }
+        let written_after_fence =
+            |fence: &KnownFence| fence.version.is_some_and(|f| version != Version::Absent && version > f);
+        let raised = if let Stored::Missing { reason } = &read.stored {
+            // Nothing is known of how far the slot was minted: wait out anything anyone could.
+            Some((now.wall_ms.saturating_add(self.config.fence_window_ms), format!("{}: {reason}", read.location)))
+        } else {
+            self.fence.as_ref().filter(|f| !written_after_fence(f)).map(|f| (f.until_ms, f.reason.clone()))
+        };
+        if let Some((until_ms, reason)) = raised
+            && slot.floor_ms.is_none_or(|floor| floor < until_ms)
+        {
+            slot.floor_ms = Some(until_ms);
+            slot.resumes = false;
+            slot.fenced = Some(reason.clone());
+            self.events.push_back(Event::SlotFenced { slot: id, until_ms, reason });
+        }
+        slot.phase = Phase::NeedFirstWrite;
+    }
+
+    /// The store went back in time: what was written since its state (claims, reservations,
+    /// this instance's own writes) is lost. A fence (here at once, and in the store for the
+    /// rest of the fleet) raises every floor read before it past anything minted under the
+    /// lost state; this instance's own slots are written again, never below what it had
+    /// confirmed (its generator's cursor keeps its own IDs apart meanwhile); and no version
+    /// remembered from before is trusted (the store hands the same revisions out again).
+    fn went_back(&mut self, now: Now, detail: String) {
+        let until_ms = now.wall_ms.saturating_add(self.config.fence_window_ms);
+        self.events.push_back(Event::StoreWentBack { detail: detail.clone(), fence_until_ms: until_ms });
+        let reason = format!("the store went back in time ({detail})");
+        self.raise_fence(KnownFence { until_ms, version: None, reason: reason.clone() });
+        if matches!(self.config.policy, SlotPolicy::Leased { .. }) {
+            self.fence_to_set = Some((until_ms, reason));
+        }
+        self.own_writes.clear();
+        for slot in &mut self.slots {
+            if slot.phase == Phase::Granted {
+                slot.repair = true;
+                slot.version = None;
+            }
+        }
+    }
+
+    /// Keeps the higher of the fence known and `fence`.
+    fn raise_fence(&mut self, fence: KnownFence) {
+        match &mut self.fence {
+            Some(known) if known.until_ms >= fence.until_ms => {
+                // The store's copy of a fence this instance set: now its version is known.
+                if known.version.is_none() && fence.version.is_some() && known.until_ms == fence.until_ms {
+                    known.version = fence.version;
+                }
+            }
+            _ => self.fence = Some(fence),
+        }
     }
 
     fn written(&mut self, now: Now, writes: Vec<Write>, versions: Vec<(u32, Version)>) {
@@ -1079,12 +1304,14 @@ impl Keeper {
                     Some(older) if crate::defects::active(crate::defects::Defect::ResumeWithOlderFloor) => older,
                     _ => slot.floor_ms,
                 };
-                self.own_writes.insert(slot.id, OwnWrite { version, floor_ms });
+                self.own_writes.insert(slot.id, OwnWrite { version, until_ms: write.until_ms, floor_ms });
             }
             if stopping {
                 continue;
             }
             slot.confirmed_ms = Some(slot.confirmed_ms.map_or(write.until_ms, |c| c.max(write.until_ms)));
+            slot.idle_marked = write.idle;
+            slot.repair = false;
             if slot.phase == Phase::NeedFirstWrite {
                 slot.phase = Phase::Granted;
                 newly.push(slot.id);
@@ -1120,6 +1347,7 @@ impl Keeper {
             self.events.push_back(Event::FinalKept { why: "the reservation changed or the slot was lost" });
             return;
         }
+        let mut went_back = None;
         for read in current {
             if let Some(slot) = self.slots.iter_mut().find(|s| s.id == read.slot)
                 && !not_ours.contains(&read.slot)
@@ -1127,7 +1355,25 @@ impl Keeper {
                 // The version moved: this session's own write of unknown outcome landed. Learn
                 // the version; the value is re-checked by the read it prompts if needed.
                 slot.version = read.stored.version();
+                // Below what this instance wrote and saw confirmed: the store lost it (went
+                // back in time). Gone altogether, it was deleted by hand (or lost to a
+                // restore, which the answer's revision tells): written again, no lower.
+                match (&read.stored, slot.confirmed_ms) {
+                    (Stored::Reserved { until_ms, .. }, Some(confirmed)) if *until_ms < confirmed => {
+                        went_back = Some(format!(
+                            "the reservation of slot {} reads {}, below {} that this instance wrote and saw confirmed",
+                            slot.id,
+                            rfc3339_ms(*until_ms),
+                            rfc3339_ms(confirmed)
+                        ));
+                    }
+                    (Stored::Absent | Stored::Missing { .. }, Some(_)) => slot.repair = true,
+                    _ => {}
+                }
             }
+        }
+        if let Some(detail) = went_back {
+            self.went_back(now, detail);
         }
         for slot in not_ours {
             self.lose(slot, LossReason::NotOurs);
@@ -1205,6 +1451,7 @@ impl Keeper {
                 floor_ms: s.floor_ms,
                 reserved_ms: s.confirmed_ms.expect("granted slots have a reservation"),
                 resumes: s.resumes,
+                fenced: s.fenced.clone(),
             })
             .collect();
         if granted.len() == self.wanted() && !self.started {
@@ -1223,7 +1470,8 @@ impl Keeper {
             Holding::Unheld { reason }
         } else {
             let deadline = self.session.as_ref().and_then(|s| s.deadline);
-            Holding::Held(Grant { slots: granted, epoch: self.epoch, deadline })
+            let on_demand = self.slots.iter().filter(|s| s.phase == Phase::Granted).all(|s| s.idle_marked);
+            Holding::Held(Grant { slots: granted, epoch: self.epoch, deadline, on_demand })
         };
         if holding != self.published {
             self.published = holding;
@@ -1272,6 +1520,7 @@ mod tests {
             layout: Layout::default_snowmint(),
             seed: 1,
             max_fleet_skew_ms: None,
+            fence_window_ms: 53_000,
         })
     }
 
@@ -1296,7 +1545,7 @@ mod tests {
             Reply::Claimed { slot: 4, won: true }
         });
         exchange(k, now, |_| {
-            Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: floor }])
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: floor }])
         });
         exchange(k, now, |r| match r {
             Request::WriteReservations { writes, .. } => Reply::Written(vec![(writes[0].slot, Version::At(10))]),
@@ -1308,6 +1557,78 @@ mod tests {
     fn granted(k: &mut Keeper) -> Grant {
         k.poll_holding();
         k.holding().grant().cloned().expect("held")
+    }
+
+    /// Issue 23: reservations are extended as far as minting needs. A process that mints
+    /// nothing marks its slot idle with its first write and then writes nothing at all, and
+    /// asks for no timer; the minter's wish brings one write at once; while minting goes on,
+    /// one write every two thirds of a window; when it stops, one more write marks the slot
+    /// idle, leaving the reservation where it was, and nothing after.
+    #[test]
+    fn reservations_are_extended_only_as_far_as_minting_needs() {
+        let mut k = keeper(SlotPolicy::Fixed(vec![4]), 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 1, ttl: None });
+        exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
+        exchange(&mut k, at(0), |_| {
+            Reply::reservations(vec![SlotRead { slot: 4, location: "state/4".into(), stored: Stored::Absent }])
+        });
+        let mut version = 10;
+        let mut writes: Vec<Write> = Vec::new();
+        let mut answer = |k: &mut Keeper, now: Now, writes: &mut Vec<Write>| {
+            while let Some((id, request)) = k.poll_request(now) {
+                let Request::WriteReservations { writes: w, .. } = request else { panic!("{request:?}") };
+                version += 1;
+                k.handle_reply(now, id, Reply::Written(w.iter().map(|w| (w.slot, Version::At(version))).collect()));
+                writes.extend(w);
+            }
+        };
+        answer(&mut k, at(0), &mut writes);
+        assert!(matches!(writes.as_slice(), [Write { idle: true, until_ms, .. }] if *until_ms == WALL + 3_000));
+        assert!(granted(&mut k).on_demand);
+
+        // A minute with nothing minted: no write, and no timer asked for.
+        for ms in (100..60_000).step_by(100) {
+            k.handle_timeout(at(ms));
+            answer(&mut k, at(ms), &mut writes);
+        }
+        assert_eq!(writes.len(), 1, "an idle instance wrote: {writes:?}");
+        assert_eq!(k.poll_timeout(at(60_000)), None);
+
+        // A request: the minter is past the lapsed reservation and asks.
+        k.handle_progress(WALL + 60_000, vec![(4, WALL + 59_000)]);
+        k.extend_now();
+        answer(&mut k, at(60_000), &mut writes);
+        assert_eq!(writes.len(), 2);
+        assert_eq!((writes[1].until_ms, writes[1].idle), (WALL + 63_000, false));
+        let grant = granted(&mut k);
+        assert!(!grant.on_demand);
+        assert_eq!(grant.slots[0].reserved_ms, WALL + 63_000);
+
+        // Ten seconds of minting: a write each two seconds.
+        for ms in (60_100..70_000).step_by(100) {
+            k.handle_progress(WALL + ms as i64, vec![(4, WALL + ms as i64)]);
+            k.handle_timeout(at(ms));
+            answer(&mut k, at(ms), &mut writes);
+            assert!(granted(&mut k).slots[0].reserved_ms >= WALL + ms as i64 + 1_000, "the hot path would wait");
+        }
+        let extensions = writes.len() - 2;
+        assert!((4..=5).contains(&extensions), "{extensions} extensions in 10 s of minting");
+
+        // Minting stops. For IDLE_AFTER_MS the reservation is kept ahead still (a caller
+        // that asks every few seconds never waits); then one write marks the slot idle,
+        // leaving the reservation where it was, and nothing is written after it.
+        let before = writes.len();
+        for ms in (70_000..130_000).step_by(100) {
+            k.handle_timeout(at(ms));
+            answer(&mut k, at(ms), &mut writes);
+        }
+        let after = &writes[before..];
+        assert!(after.len() <= 6, "{} writes in the minute after minting stopped: {after:?}", after.len());
+        let (mark, kept) = (after.last().unwrap(), &writes[writes.len() - 2]);
+        assert!(mark.idle && !kept.idle && mark.until_ms == kept.until_ms, "{after:?}");
+        assert!(mark.wall_ms >= WALL + 70_000 + IDLE_AFTER_MS && mark.wall_ms < WALL + 70_000 + IDLE_AFTER_MS + 200);
+        assert!(granted(&mut k).on_demand);
+        assert_eq!(k.poll_timeout(at(130_000)), None);
     }
 
     /// Finding 1: a keep-alive answered "lease not found" ends the session at once; the
@@ -1363,7 +1684,7 @@ mod tests {
             assert!(guard < 10, "the start never failed");
             exchange(&mut k, at(0), |request| match request {
                 Request::ListSlots { .. } => Reply::Slots { taken: (0..1024).collect(), ours: vec![2] },
-                Request::ReadReservations { .. } => Reply::Reservations(vec![SlotRead {
+                Request::ReadReservations { .. } => Reply::reservations(vec![SlotRead {
                     slot: 2,
                     location: "/p/reservations/2".into(),
                     stored: Stored::Absent,
@@ -1416,7 +1737,7 @@ mod tests {
                     Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown }
                 }
                 Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: true },
-                Request::ReadReservations { slots, .. } => Reply::Reservations(
+                Request::ReadReservations { slots, .. } => Reply::reservations(
                     slots
                         .iter()
                         .map(|&slot| SlotRead {
@@ -1453,7 +1774,7 @@ mod tests {
             exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 1, ttl: None });
             exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
             exchange(&mut k, at(0), |_| {
-                Reply::Reservations(vec![SlotRead {
+                Reply::reservations(vec![SlotRead {
                     slot: 4,
                     location: "state/worker-4.json".into(),
                     stored: Stored::Reserved { until_ms: absurd, version: Version::At(3) },
@@ -1494,7 +1815,7 @@ mod tests {
         assert_eq!(claim, Request::Claim { session: 78, slot: 4 }, "the lost slot is tried first");
         let own = Stored::Reserved { until_ms: WALL + 60_000, version: Version::At(10) };
         exchange(&mut k, at(1_000), |_| {
-            Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: own }])
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: own }])
         });
         exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(12))]));
         assert!(granted(&mut k).slots[0].resumes);
@@ -1506,12 +1827,149 @@ mod tests {
         exchange(&mut k, at(2_000), |_| Reply::Claimed { slot: 4, won: true });
         let theirs = Stored::Reserved { until_ms: WALL + 70_000, version: Version::At(15) };
         exchange(&mut k, at(2_000), |_| {
-            Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: theirs }])
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: theirs }])
         });
         exchange(&mut k, at(2_000), |_| Reply::Written(vec![(4, Version::At(16))]));
         let grant = granted(&mut k);
         assert!(!grant.slots[0].resumes);
         assert_eq!(grant.slots[0].floor_ms, Some(WALL + 70_000));
+    }
+
+    /// Issue 23: etcd restored from an older snapshot. The first answer that shows it (a
+    /// revision below one seen before) fences the fleet: the fence goes to the store before
+    /// anything else, and this instance's own slot is read and written again, never below
+    /// what it had confirmed. A later claim of a slot whose reservation was written before
+    /// the fence takes the fence as its floor; one written after it (by a holder that knew
+    /// the store as it is) is trusted.
+    #[test]
+    fn a_store_gone_back_fences_every_floor_read_before_the_fence() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        let confirmed = granted(&mut k).slots[0].reserved_ms;
+        let renew = exchange(&mut k, at(1_000), |_| Reply::WentBack {
+            detail: "etcd's revision is 7, below 12 seen before".into(),
+            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3) }),
+        });
+        assert_eq!(renew, Request::Renew { session: 77 });
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(
+            events.iter().any(
+                |e| matches!(e, Event::StoreWentBack { fence_until_ms, .. } if *fence_until_ms == WALL + 1_000 + 53_000)
+            ),
+            "{events:?}"
+        );
+        let fence = exchange(&mut k, at(1_000), |_| Reply::FenceSet);
+        assert!(matches!(fence, Request::SetFence { until_ms, .. } if until_ms == WALL + 54_000), "{fence:?}");
+        // The store holds what it held at the snapshot: read, then written back over it.
+        let restored = Stored::Reserved { until_ms: WALL + 500, version: Version::At(6) };
+        let read = exchange(&mut k, at(1_000), |_| {
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: restored }])
+        });
+        assert!(matches!(read, Request::ReadReservations { .. }), "{read:?}");
+        let repair = exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(8))]));
+        let Request::WriteReservations { writes, .. } = repair else { panic!("{repair:?}") };
+        assert_eq!(writes[0].expect, Some(Version::At(6)));
+        assert!(writes[0].until_ms >= confirmed, "written back below what was confirmed");
+
+        // Another instance claims slots after the fence was set (at version 20).
+        let fence = Fence { until_ms: WALL + 54_000, version: Version::At(20), reason: "etcd went back".into() };
+        for (stored, fenced) in [
+            (Stored::Reserved { until_ms: WALL + 500, version: Version::At(6) }, true),
+            (Stored::Absent, true),
+            (Stored::Reserved { until_ms: WALL + 4_000, version: Version::At(25) }, false),
+        ] {
+            let mut other = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+            exchange(&mut other, at(2_000), |_| Reply::SessionOpened {
+                session: 90,
+                ttl: Some(Duration::from_secs(3)),
+            });
+            exchange(&mut other, at(2_000), |_| Reply::Slots {
+                taken: (0..1024).filter(|&s| s != 4).collect(),
+                ours: vec![],
+            });
+            exchange(&mut other, at(2_000), |_| Reply::Claimed { slot: 4, won: true });
+            let fence = Some(fence.clone());
+            exchange(&mut other, at(2_000), |_| Reply::Reservations {
+                reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: stored.clone() }],
+                fence,
+            });
+            exchange(&mut other, at(2_000), |_| Reply::Written(vec![(4, Version::At(30))]));
+            let slot = granted(&mut other).slots[0].clone();
+            if fenced {
+                assert_eq!(slot.floor_ms, Some(WALL + 54_000), "{stored:?}");
+                assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("went back")), "{slot:?}");
+            } else {
+                assert_eq!(slot.floor_ms, Some(WALL + 4_000), "{stored:?}");
+                assert_eq!(slot.fenced, None);
+            }
+        }
+    }
+
+    /// A held slot's reservation key deleted by hand: the refused extension shows it gone;
+    /// it is written again, never below what was confirmed (the successor of a crash would
+    /// take nothing as its floor otherwise). The fleet is not fenced for it: etcd did not go
+    /// back, one key went.
+    #[test]
+    fn a_held_reservation_deleted_by_hand_is_written_again_no_lower() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        let confirmed = granted(&mut k).slots[0].reserved_ms;
+        k.handle_progress(WALL + 2_000, vec![(4, WALL + 2_000)]);
+        let mut writes_seen = Vec::new();
+        while let Some((id, request)) = k.poll_request(at(2_000)) {
+            let reply = match &request {
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::CountSlots => Reply::SlotCount { taken: 1 },
+                Request::WriteReservations { writes, .. } if writes_seen.is_empty() => {
+                    let gone = SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: Stored::Absent };
+                    writes_seen.push(writes.clone());
+                    Reply::WriteRefused { not_ours: vec![], current: vec![gone] }
+                }
+                Request::WriteReservations { writes, .. } => {
+                    writes_seen.push(writes.clone());
+                    Reply::Written(vec![(4, Version::At(12))])
+                }
+                other => panic!("{other:?}"),
+            };
+            k.handle_reply(at(2_000), id, reply);
+        }
+        assert_eq!(writes_seen.len(), 2, "{writes_seen:?}");
+        let writes = &writes_seen[1];
+        assert_eq!(writes[0].expect, Some(Version::Absent));
+        assert!(writes[0].until_ms >= confirmed);
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(!events.iter().any(|e| matches!(e, Event::StoreWentBack { .. })), "{events:?}");
+    }
+
+    /// Issue 23: a re-claim that reads less than this instance's own confirmed write (the
+    /// store went back) is fenced, and tells the fleet; a reservation missing though the
+    /// slot was used before is waited out.
+    #[test]
+    fn a_floor_below_the_instances_own_write_or_missing_is_fenced() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        exchange(&mut k, at(1_000), |_| Reply::SessionGone);
+        exchange(&mut k, at(1_000), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
+        // Below the first write (WALL + 3,000 at version 10): the store lost it.
+        let lower = Stored::Reserved { until_ms: WALL + 1_000, version: Version::At(9) };
+        exchange(&mut k, at(1_000), |_| {
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: lower }])
+        });
+        let set = exchange(&mut k, at(1_000), |_| Reply::FenceSet);
+        assert!(matches!(set, Request::SetFence { .. }), "{set:?}");
+        exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(11))]));
+        let slot = granted(&mut k).slots[0].clone();
+        assert_eq!(slot.floor_ms, Some(WALL + 1_000 + 53_000));
+        assert!(!slot.resumes);
+
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        let missing = Stored::Missing { reason: "no reservation, though the slot's history holds 3 records".into() };
+        take_slot(&mut k, at(0), missing);
+        let slot = granted(&mut k).slots[0].clone();
+        assert_eq!(slot.floor_ms, Some(WALL + 53_000));
+        assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("history holds 3")), "{slot:?}");
     }
 
     /// Finding 1 of the second reading: a claim that resumes carries the floor of the claim
@@ -1528,7 +1986,7 @@ mod tests {
             exchange(k, at(ms), |_| Reply::Slots { taken: vec![], ours: vec![] });
             exchange(k, at(ms), |_| Reply::Claimed { slot: 4, won: true });
             exchange(k, at(ms), |_| {
-                Reply::Reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored }])
+                Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored }])
             });
             exchange(k, at(ms), |_| Reply::Written(vec![(4, Version::At(wrote))]));
             granted(k).slots[0].clone()
@@ -1553,11 +2011,12 @@ mod tests {
             layout: Layout::default_snowmint(),
             seed: 1,
             max_fleet_skew_ms: Some(max_ms),
+            fence_window_ms: 53_000,
         })
     }
 
     /// Peers' published clocks, each `offsets[i]` ms from `now` and corrected for the
-    /// average age of a write (a sixth of the 3 s window).
+    /// average age of a write (a third of the 3 s window).
     fn peer_clocks(now: Now, offsets: &[i64]) -> Reply {
         let holders: Vec<SessionId> = (0..offsets.len() as i64).map(|i| 100 + i).collect();
         clocks_of(now, &holders, offsets)
@@ -1569,7 +2028,7 @@ mod tests {
         let clock = |(i, (&holder, o)): (usize, (&SessionId, &i64))| PeerClock {
             slot: 10 + i as u32,
             holder,
-            wall_ms: now.wall_ms + o - 500,
+            wall_ms: now.wall_ms + o - 1_000,
         };
         Reply::PeerClocks(holders.iter().zip(offsets).enumerate().map(clock).collect())
     }
@@ -1662,7 +2121,7 @@ mod tests {
         exchange(&mut k, at(0), |_| Reply::Slots { taken: vec![], ours: vec![] });
         exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
         exchange(&mut k, at(0), |_| {
-            Reply::Reservations(vec![SlotRead {
+            Reply::reservations(vec![SlotRead {
                 slot: 4,
                 location: "/p/reservations/4".into(),
                 stored: Stored::Absent,
@@ -1672,6 +2131,8 @@ mod tests {
         let claim = granted(&mut k).slots[0].claim;
         // The first count is due at once, the next sample 15 s after the first.
         assert_eq!(exchange(&mut k, at(0), |_| Reply::SlotCount { taken: 3 }), Request::CountSlots);
+        // Minting goes on: the reservation is extended as it goes.
+        k.handle_progress(WALL + 14_000, Vec::new());
         let (id, early) = k.poll_request(at(14_000)).expect("a reservation write is due");
         assert!(matches!(early, Request::WriteReservations { .. }), "sampled before 15 s: {early:?}");
         k.handle_reply(at(14_000), id, Reply::Written(vec![(4, Version::At(6))]));
@@ -1717,7 +2178,7 @@ mod tests {
         let Request::WriteReservations { writes, check_claim: true, .. } = shrink else { panic!("{shrink:?}") };
         assert_eq!(
             writes,
-            vec![Write { slot: 4, until_ms: WALL + 7, expect: Some(Version::At(10)), wall_ms: WALL + 10 }]
+            vec![Write { slot: 4, until_ms: WALL + 7, expect: Some(Version::At(10)), wall_ms: WALL + 10, idle: true }]
         );
     }
 
@@ -1734,7 +2195,7 @@ mod tests {
         // After the retry pause, the renewal (due at 1 s) and then the read.
         exchange(&mut k, at(1_300), |_| Reply::Renewed { ttl: Duration::from_secs(3) });
         let read = exchange(&mut k, at(1_300), |_| {
-            Reply::Reservations(vec![SlotRead {
+            Reply::reservations(vec![SlotRead {
                 slot: 4,
                 location: "/p/reservations/4".into(),
                 stored: Stored::Reserved { until_ms: WALL + 99_000, version: Version::At(20) },
@@ -1770,7 +2231,7 @@ mod tests {
                     self.largest_read = self.largest_read.max(slots.len());
                     let read =
                         |&slot| SlotRead { slot, location: format!("/p/reservations/{slot}"), stored: Stored::Absent };
-                    Reply::Reservations(slots.iter().map(read).collect())
+                    Reply::reservations(slots.iter().map(read).collect())
                 }
                 Request::WriteReservations { writes, .. } => {
                     self.largest_write = self.largest_write.max(writes.len());
@@ -1817,16 +2278,18 @@ mod tests {
             let first = store.stored.clone();
             assert_eq!(first.len(), count, "{count} slots: not every first reservation written");
 
-            // A third of the window later, every reservation is extended.
-            store.answer_all(&mut k, at(1_100));
+            // Two thirds of the window later, with minting going on, every reservation is
+            // extended.
+            k.handle_progress(WALL + 2_100, Vec::new());
+            store.answer_all(&mut k, at(2_100));
             assert!(store.stored.iter().all(|(slot, until)| *until > first[slot]), "{count} slots: not all extended");
-            assert_eq!(granted(&mut k).slots.iter().map(|s| s.reserved_ms).min(), Some(WALL + 1_100 + 3_000));
+            assert_eq!(granted(&mut k).slots.iter().map(|s| s.reserved_ms).min(), Some(WALL + 2_100 + 3_000));
 
             // The final shrink covers every slot, then the session ends.
-            k.finish(Minted::UpTo(all.iter().map(|&slot| (slot, WALL + 1_200)).collect()));
-            store.answer_all(&mut k, at(1_200));
+            k.finish(Minted::UpTo(all.iter().map(|&slot| (slot, WALL + 2_200)).collect()));
+            store.answer_all(&mut k, at(2_200));
             assert!(k.is_done() && store.closed, "{count} slots: the stop did not end");
-            assert!(store.stored.values().all(|&until| until == WALL + 1_200), "{count} slots: not every slot shrunk");
+            assert!(store.stored.values().all(|&until| until == WALL + 2_200), "{count} slots: not every slot shrunk");
 
             assert!(store.largest_read <= MAX_READS, "{count} slots: a read of {} slots", store.largest_read);
             assert!(store.largest_write <= MAX_WRITES, "{count} slots: a write of {} slots", store.largest_write);

@@ -658,11 +658,22 @@ impl<R: Responder> MinterCore<R> {
                         self.count_step_back(last_tick, behind, ACTION_REFUSED);
                         MintError::ClockBehind { behind_ms, resume_at: rfc3339_ms(layout.tick_start_ms(resume)) }
                     }
-                    RefuseReason::BelowFloor { floor } => MintError::BelowFloor {
-                        worker_id: self.first_worker(holding),
-                        floor: rfc3339_ms(layout.tick_end_ms(floor)),
-                        behind_ms,
-                    },
+                    RefuseReason::BelowFloor { floor } => {
+                        let fenced = holding.grant().and_then(|g| g.slots.iter().find(|s| s.fenced.is_some()));
+                        match fenced {
+                            Some(slot) => MintError::Fenced {
+                                worker_id: slot.worker_id,
+                                until: rfc3339_ms(layout.tick_end_ms(floor)),
+                                behind_ms,
+                                reason: slot.fenced.clone().unwrap_or_default(),
+                            },
+                            None => MintError::BelowFloor {
+                                worker_id: self.first_worker(holding),
+                                floor: rfc3339_ms(layout.tick_end_ms(floor)),
+                                behind_ms,
+                            },
+                        }
+                    }
                 };
                 self.refuse_all(error);
                 // Wake when the clock should have come back, to report ready again; look
@@ -670,6 +681,13 @@ impl<R: Responder> MinterCore<R> {
                 Next::At(self.instant_of_tick(resume, now).min(now.boot + RECHECK))
             }
             Some(Blocked::Fenced { reserved, .. }) => {
+                let on_demand = holding.grant().is_some_and(|g| g.on_demand);
+                if self.pending.is_empty() && on_demand {
+                    // Idle: the keeper left the reservations to lapse, and extends them when
+                    // a request comes. Nothing is wrong, and nothing to ask for yet.
+                    self.set_readiness(Readiness::Serving);
+                    return Next::Idle;
+                }
                 self.wants_extension = true;
                 let error = MintError::ReservationBehind {
                     worker_id: self.first_worker(holding),
@@ -905,9 +923,10 @@ mod tests {
 
     fn holding(epoch: u64, worker_id: u32, floor_ms: Option<i64>, reserved_ms: i64, deadline_ms: u64) -> Holding {
         Holding::Held(Grant {
-            slots: vec![SlotGrant { worker_id, claim: epoch, floor_ms, reserved_ms, resumes: false }],
+            slots: vec![SlotGrant { worker_id, claim: epoch, floor_ms, reserved_ms, resumes: false, fenced: None }],
             epoch,
             deadline: Some(Duration::from_millis(deadline_ms)),
+            on_demand: false,
         })
     }
 
@@ -942,6 +961,37 @@ mod tests {
         assert_eq!(core.poll_readiness().map(|r| r == Readiness::Serving), Some(false));
     }
 
+    /// Issue 23: an idle instance's reservation lapses. Past it with nothing to mint, the
+    /// minter stays ready and asks for nothing (asking would end the idleness); a request
+    /// asks for one extension, waits for it, and is answered once it comes.
+    #[test]
+    fn past_a_lapsed_reservation_an_idle_minter_stays_ready_and_asks_when_a_request_comes() {
+        let log = Log::default();
+        let mut core = core();
+        let lapsed = match holding(1, 7, None, EPOCH + 1_000, 60_000) {
+            Holding::Held(grant) => Holding::Held(Grant { on_demand: true, ..grant }),
+            unheld => unheld,
+        };
+        assert!(matches!(core.pass(reading(EPOCH + 5_000, 0), &lapsed), Next::Idle));
+        assert!(!core.take_extension_wish(), "an idle minter asked for an extension");
+        assert_eq!(core.poll_readiness(), Some(Readiness::Serving), "an idle instance is not ready");
+
+        core.push(ask(Ask::One, Duration::from_secs(1), &log));
+        assert!(matches!(core.pass(reading(EPOCH + 5_000, 10), &lapsed), Next::At(_)));
+        assert!(core.take_extension_wish(), "a request past the lapsed reservation asks for none");
+        assert!(ids(&log).is_empty(), "minted past the reservation");
+        // The keeper extends it: the request is answered.
+        let extended = holding(1, 7, None, EPOCH + 8_000, 60_000);
+        core.pass(reading(EPOCH + 5_000, 15), &extended);
+        assert_eq!(ids(&log).len(), 1);
+
+        // Not idle (the keeper should have extended it): past it, the minter is not ready.
+        let mut core = self::core();
+        core.pass(reading(EPOCH + 5_000, 0), &holding(1, 7, None, EPOCH + 1_000, 60_000));
+        assert!(core.take_extension_wish());
+        assert!(matches!(core.poll_readiness(), Some(Readiness::NotServing(MintError::ReservationBehind { .. }))));
+    }
+
     /// Finding 1 of the second reading: a claim that resumes is minted above the floor the
     /// keeper gives with it (the floor of the claim whose reservation it continues), never
     /// above the floor of an older claim this minter happened to see. Here the minter saw
@@ -965,9 +1015,11 @@ mod tests {
                 floor_ms: Some(EPOCH + 9_000),
                 reserved_ms: EPOCH + 12_000,
                 resumes: true,
+                fenced: None,
             }],
             epoch: 3,
             deadline: Some(Duration::from_millis(20_000)),
+            on_demand: false,
         });
         for step in 0..4 {
             core.push(ask(Ask::Many(8), Duration::from_secs(19), &log));
@@ -1000,9 +1052,11 @@ mod tests {
                 floor_ms: None,
                 reserved_ms: EPOCH + 5_000,
                 resumes: true,
+                fenced: None,
             }],
             epoch: 3,
             deadline: Some(Duration::from_millis(5_000)),
+            on_demand: false,
         });
         core.pass(reading(EPOCH + 1_200, 200), &resumed);
         let last = core.minted().last_ms(7);

@@ -10,6 +10,10 @@ pub enum MintError {
         "the wall clock has not passed the reservation a previous holder of worker {worker_id} saved ({floor}); {behind_ms} ms to go"
     )]
     BelowFloor { worker_id: u32, floor: String, behind_ms: u64 },
+    #[error(
+        "worker {worker_id} is fenced until {until} ({behind_ms} ms to go), past anything minted on it that may be lost: {reason}"
+    )]
+    Fenced { worker_id: u32, until: String, behind_ms: u64, reason: String },
     #[error("no worker ID is held: {0}")]
     NoWorker(String),
     #[error("the lease on worker {0} may have expired; minting is fenced until it is renewed or re-claimed")]

@@ -385,9 +385,11 @@ mod tests {
                 floor_ms: None,
                 reserved_ms: clock.wall_ms() + 3_600_000,
                 resumes: false,
+                fenced: None,
             }],
             epoch: 1,
             deadline: None,
+            on_demand: false,
         });
         // Senders dropped here: the minter sees a holding that never changes.
         let links = MinterLinks {

@@ -58,6 +58,12 @@ pub struct Checker {
     writes: BTreeMap<u32, Vec<(Us, i64, Owner, SessionId)>>,
     /// Per slot: the end of the latest tick minted on it, Unix ms.
     minted_max: BTreeMap<u32, i64>,
+    /// The store was restored from a snapshot: the reservations it holds may be older than
+    /// ones its holders wrote and saw confirmed.
+    restored: bool,
+    /// Slots whose reservation key an operator deleted by hand: what is stored (nothing, for
+    /// a while) may be less than its holder wrote and saw confirmed.
+    deleted: std::collections::BTreeSet<u32>,
     pub violations: Vec<String>,
     pub ids: u64,
     pub responses: u64,
@@ -96,6 +102,10 @@ impl Checker {
                 self.writes.entry(slot).or_default().push((now, until_ms, writer, session));
             }
             Note::Freed { .. } => {}
+            Note::Restored => self.restored = true,
+            Note::ReservationDeleted { slot } => {
+                self.deleted.insert(slot);
+            }
         }
     }
 
@@ -189,8 +199,21 @@ impl Checker {
                 );
             }
         }
-        // Invariant 1: every minted tick is covered by the stored reservation.
-        if view.stored.is_none_or(|stored| tick_end > stored) {
+        // Invariant 1: every minted tick is covered by the stored reservation. Once the store
+        // was restored, it may hold less than the minter wrote and saw confirmed before: a
+        // reservation this claim wrote durably covers it, lost or not.
+        let own_max = || {
+            self.writes
+                .get(&slot)
+                .into_iter()
+                .flatten()
+                .filter(|(_, _, w, s)| *w == owner && Some(*s) == session)
+                .map(|(_, v, _, _)| *v)
+                .max()
+        };
+        let lost = self.restored || self.deleted.contains(&slot);
+        let covered = if lost { view.stored.max(own_max()) } else { view.stored };
+        if covered.is_none_or(|stored| tick_end > stored) {
             self.violation(
                 now,
                 format!(

@@ -140,6 +140,7 @@ impl DiskStore {
             Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
             Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.slots.clone() },
             Request::CountSlots => Reply::SlotCount { taken: self.slots.len() as u64 },
+            Request::SetFence { .. } => Reply::FenceSet,
             Request::SampleClocks { .. } => Reply::PeerClocks(Vec::new()),
             Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: self.slots.contains(slot) },
             Request::ReadReservations { slots, .. } => {
@@ -149,7 +150,7 @@ impl DiskStore {
                         self.known.insert(read.slot, version);
                     }
                 }
-                Reply::Reservations(reads)
+                Reply::reservations(reads)
             }
             Request::WriteReservations { writes, .. } => {
                 let stale: Vec<u32> = writes

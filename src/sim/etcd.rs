@@ -8,11 +8,20 @@
 //! served by a member that is behind: it sees the state as of an earlier instant. A
 //! transaction of more than 128 operations is refused whole: a read of more than
 //! [`MAX_READS`] slots or a write of more than [`MAX_WRITES`], as the store builds them.
+//!
+//! Beyond the stores' calls, the operator's: a reservation key deleted by hand, and the
+//! whole state restored from a snapshot taken earlier (`etcdctl snapshot restore`): keys,
+//! revision and leases as they were then, every lease given its full TTL again (as etcd does
+//! when a leader takes office). A slot's history is modelled as one key per slot, written
+//! when a reservation is (the recorder writes a claim's record once its first reservation
+//! is written).
 
 use std::collections::BTreeMap;
 
 use super::Us;
-use crate::store::{MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version};
+use crate::store::{
+    Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version,
+};
 
 /// Which process sent a request: (node, incarnation).
 pub type Owner = (usize, u32);
@@ -21,12 +30,17 @@ pub type Owner = (usize, u32);
 pub enum Key {
     Worker(u32),
     Reservation(u32),
+    /// The slot's history holds records.
+    History(u32),
+    Fence,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Owner(Owner),
     Reservation(i64),
+    Used,
+    Fence(i64),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,8 +64,21 @@ pub enum Note {
     ReservationWritten { slot: u32, until_ms: i64, writer: Owner, session: SessionId, held: bool },
     /// `owner`'s session now holds `slot`.
     Claimed { slot: u32, owner: Owner, session: SessionId },
+    /// The store was restored from a snapshot: what was written since is gone.
+    Restored,
+    /// An operator deleted `slot`'s reservation key.
+    ReservationDeleted { slot: u32 },
     /// The slot's worker key went away (lease expired or revoked, released, deleted by hand).
     Freed { slot: u32 },
+}
+
+/// The state a snapshot keeps.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    rev: i64,
+    kv: BTreeMap<Key, Kv>,
+    leases: BTreeMap<i64, Lease>,
+    written_at: BTreeMap<u32, i64>,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +87,8 @@ pub struct EtcdModel {
     kv: BTreeMap<Key, Kv>,
     leases: BTreeMap<i64, Lease>,
     next_lease: i64,
+    /// Snapshots taken (when, state), the oldest first.
+    snapshots: Vec<(Us, Snapshot)>,
     /// Every change, for reads served by a member that is behind.
     history: Vec<(Us, Key, Option<Kv>)>,
     /// Per slot, the writer's wall clock published with its latest reservation write.
@@ -121,6 +150,93 @@ impl EtcdModel {
         }
     }
 
+    /// The revision now: every answer's header carries it.
+    pub fn revision(&self) -> i64 {
+        self.rev
+    }
+
+    /// Takes a snapshot (`etcdctl snapshot save`), keeping the last few.
+    pub fn snapshot(&mut self, now: Us) {
+        let snapshot = Snapshot {
+            rev: self.rev,
+            kv: self.kv.clone(),
+            leases: self.leases.clone(),
+            written_at: self.written_at.clone(),
+        };
+        self.snapshots.push((now, snapshot));
+        if self.snapshots.len() > 8 {
+            self.snapshots.remove(0);
+        }
+    }
+
+    /// The operator restores the snapshot taken at or before `taken_by` (the oldest kept if
+    /// none), as `etcdctl snapshot restore` and a restart do: keys and revision as they were,
+    /// every lease in it alive again for its full TTL, leases granted since gone. Returns when
+    /// the snapshot was taken, if there was one.
+    pub fn restore(&mut self, now: Us, taken_by: Us) -> Option<Us> {
+        let index = self.snapshots.iter().rposition(|(t, _)| *t <= taken_by).unwrap_or(0);
+        let (taken, snapshot) = self.snapshots.get(index).cloned()?;
+        let freed: Vec<u32> = self
+            .kv
+            .keys()
+            .filter_map(|k| match k {
+                Key::Worker(slot) if !snapshot.kv.contains_key(k) => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        self.rev = snapshot.rev;
+        self.kv = snapshot.kv;
+        self.leases = snapshot.leases;
+        for lease in self.leases.values_mut() {
+            lease.expires_at = now + lease.ttl_us;
+        }
+        self.written_at = snapshot.written_at;
+        // Members restored from one snapshot serve no older state than it.
+        self.history = self.kv.iter().map(|(k, kv)| (now, *k, Some(kv.clone()))).collect();
+        self.snapshots.truncate(index + 1);
+        for slot in freed {
+            self.notes.push(Note::Freed { slot });
+        }
+        for (key, kv) in &self.kv {
+            if let (Key::Worker(slot), Value::Owner(owner)) = (key, &kv.value) {
+                self.notes.push(Note::Claimed { slot: *slot, owner: *owner, session: kv.lease });
+            }
+        }
+        self.notes.push(Note::Restored);
+        Some(taken)
+    }
+
+    /// An operator deletes the reservation key of `slot` by hand.
+    pub fn delete_reservation(&mut self, now: Us, slot: u32) {
+        if self.kv.contains_key(&Key::Reservation(slot)) {
+            self.rev += 1;
+            self.set(now, Key::Reservation(slot), None);
+            self.notes.push(Note::ReservationDeleted { slot });
+        }
+    }
+
+    /// The fence, as the store reads it with the floors.
+    fn fence(&self) -> Option<Fence> {
+        match self.kv.get(&Key::Fence) {
+            Some(Kv { value: Value::Fence(until_ms), mod_rev, .. }) => {
+                Some(Fence { until_ms: *until_ms, version: Version::At(*mod_rev), reason: "the fleet's fence".into() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Sets the fence (`snowmint fence`, or an instance that found the store gone back),
+    /// unless a higher one stands.
+    pub fn set_fence(&mut self, now: Us, until_ms: i64) {
+        if self.fence().is_some_and(|f| f.until_ms >= until_ms) {
+            return;
+        }
+        self.rev += 1;
+        let create_rev = self.kv.get(&Key::Fence).map_or(self.rev, |kv| kv.create_rev);
+        let kv = Kv { value: Value::Fence(until_ms), create_rev, mod_rev: self.rev, lease: 0 };
+        self.set(now, Key::Fence, Some(kv));
+    }
+
     /// An operator deletes the worker key of `slot` by hand.
     pub fn delete_worker(&mut self, now: Us, slot: u32) {
         if self.kv.contains_key(&Key::Worker(slot)) {
@@ -140,6 +256,10 @@ impl EtcdModel {
 
     fn slot_read(&self, slot: u32, at: Option<Us>) -> SlotRead {
         let stored = match self.read_at(Key::Reservation(slot), at) {
+            // As the store tells them apart: a slot with history but no reservation.
+            None if at.is_none() && self.kv.contains_key(&Key::History(slot)) => {
+                Stored::Missing { reason: "no reservation, though the slot's history holds records".into() }
+            }
             None => Stored::Absent,
             Some(Kv { value: Value::Reservation(ms), mod_rev, .. }) => {
                 Stored::Reserved { until_ms: ms, version: Version::At(mod_rev) }
@@ -237,7 +357,12 @@ impl EtcdModel {
             }
             Request::ReadReservations { slots, linearizable } => {
                 let at = (!linearizable).then_some(stale_at);
-                Reply::Reservations(slots.iter().map(|&slot| self.slot_read(slot, at)).collect())
+                let reads = slots.iter().map(|&slot| self.slot_read(slot, at)).collect();
+                Reply::Reservations { reads, fence: if *linearizable { self.fence() } else { None } }
+            }
+            Request::SetFence { until_ms, .. } => {
+                self.set_fence(now, *until_ms);
+                Reply::FenceSet
             }
             Request::WriteReservations { session, writes, check_claim } => {
                 let held = |model: &EtcdModel, slot: u32| {
@@ -267,7 +392,13 @@ impl EtcdModel {
                     let was_held = held(self, write.slot);
                     let kv = Kv { value: Value::Reservation(write.until_ms), create_rev, mod_rev: rev, lease: 0 };
                     self.set(now, key, Some(kv));
-                    self.written_at.insert(write.slot, write.wall_ms);
+                    let used = Kv { value: Value::Used, create_rev: rev, mod_rev: rev, lease: 0 };
+                    self.kv.entry(Key::History(write.slot)).or_insert(used);
+                    if write.idle {
+                        self.written_at.remove(&write.slot);
+                    } else {
+                        self.written_at.insert(write.slot, write.wall_ms);
+                    }
                     self.notes.push(Note::ReservationWritten {
                         slot: write.slot,
                         until_ms: write.until_ms,

@@ -203,14 +203,19 @@ fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
     caught(Defect::ClaimNotIdempotent);
 }
 
-/// Finding 1 of the second reading, put back. Not yet caught within the default sweep: it
-/// shows only when the minter mints nothing under the middle claim and the clock lags the
-/// other holder's reservation, which these schedules reach too rarely (the pure tests in
-/// `minter::core` and `keeper::machine` pin the fix meanwhile).
+/// Finding 1 of the second reading, put back. It shows only when the minter mints nothing
+/// under the middle claim and its clock lags the other holder's range: the schedules whose
+/// machines' clocks stand apart and whose clients fall quiet now and then reach it.
 #[test]
-#[ignore = "the default sweep does not reach it yet"]
 fn a_resumed_claim_with_an_older_floor_is_caught() {
     caught(Defect::ResumeWithOlderFloor);
+}
+
+/// Issue 23, put back: a fence and a missing reservation ignored at a claim, so a restored
+/// snapshot's reservations (or none, where the key was deleted) are trusted as the latest.
+#[test]
+fn a_floor_that_ignores_the_fence_is_caught() {
+    caught(Defect::FenceIgnored);
 }
 
 #[test]

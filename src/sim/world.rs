@@ -29,6 +29,7 @@ use crate::layout::Layout;
 use crate::metrics::Metrics;
 use crate::minter::task::PROGRESS_EVERY_MS;
 use crate::minter::{Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use crate::store::etcd::Horizon;
 use crate::store::{Outcome, Reply, Request, SessionId};
 
 /// Unix µs at simulated time zero: well after the layout's epoch.
@@ -79,6 +80,22 @@ pub struct Params {
     pub fault_every: Us,
     /// Mean time between a client's requests.
     pub ask_every: Us,
+    /// How far apart the machines' clocks stand (each at a steady offset within this much of
+    /// true time, as a fleet's clocks do within its skew bound); 0: within 20 ms. A holder
+    /// whose clock is behind the one before it mints near that one's range: where a wrong
+    /// floor shows.
+    pub skew_us: i64,
+    /// Clients fall quiet now and then (for up to seconds, before the faults stop): claims
+    /// are granted and lost with nothing minted under them, and reservations stop being
+    /// extended for want of minting.
+    pub bursty: bool,
+    /// etcd is restored from a snapshot now and then (etcd schedules only); the schedule
+    /// runs long enough after the faults for a fenced claim to wait its fence out.
+    pub restores: bool,
+    /// How far past "now" a fence reaches: TTL, drift bound and window, and the clocks'
+    /// spread, which the fleet's check does not bound here (its bound is an hour or none):
+    /// the machines' skew and the clock faults' steps of up to 3 s each.
+    pub fence_window_ms: i64,
 }
 
 impl Params {
@@ -116,6 +133,26 @@ impl Params {
         // requests even once the faults stop, and a lost request costs a call timeout (a
         // fifth of the TTL, 0.3 to 2 s): the tail leaves room for three lost in a row.
         let tail = 2 * SECOND + 3 * (ttl_us / 5).clamp(300 * MS, 2 * SECOND);
+        let skew_us = if mode == Mode::Etcd && rng.chance(0.35) {
+            // Within the drift bound's half, so that a holder behind borrows rather than
+            // waits; a little under the strict policy, which waits it out.
+            let bound = if max_clock_drift.is_zero() {
+                500_000
+            } else {
+                (max_clock_drift.as_micros() as u64 / 2).min(4 * SECOND)
+            };
+            rng.between(200_000, bound.max(200_001)) as i64
+        } else {
+            0
+        };
+        let bursty = rng.chance(0.35);
+        let restores = mode == Mode::Etcd && rng.chance(0.3);
+        let spread_ms = 2 * skew_us / 1_000 + 10_000;
+        let fence_window_ms = crate::keeper::fence_window_ms(ttl, max_clock_drift, window_ms, Some(spread_ms));
+        // Two clocks apart by twice the skew: a holder behind waits that much more; after a
+        // restore, a fenced claim waits its fence out.
+        let recovery_bound =
+            recovery_bound + 2 * skew_us as u64 + if restores { fence_window_ms as u64 * MS } else { 0 };
         Params {
             mode,
             machines,
@@ -133,6 +170,10 @@ impl Params {
             recovery_bound,
             fault_every: rng.between(200, 800) * MS,
             ask_every: rng.between(5, 30) * MS,
+            skew_us,
+            bursty,
+            restores,
+            fence_window_ms,
         }
     }
 
@@ -163,6 +204,11 @@ pub enum Fault {
     ReplyLoss,
     Duplicates,
     KeyDeletedByHand,
+    /// A slot's reservation key deleted by hand.
+    ReservationDeletedByHand,
+    /// etcd is stopped, restored from a snapshot taken a few seconds earlier, fenced by the
+    /// operator (`snowmint fence`, before clients can reach it) and started again.
+    EtcdRestored,
     DiskFull,
     DiskUnknown,
     /// A state-file write stalls past the call timeout, and finishes later.
@@ -188,6 +234,8 @@ impl Fault {
             Fault::ReplyLoss => "replies lost",
             Fault::Duplicates => "requests duplicated",
             Fault::KeyDeletedByHand => "worker key deleted by hand",
+            Fault::ReservationDeletedByHand => "reservation key deleted by hand",
+            Fault::EtcdRestored => "etcd restored from a snapshot",
             Fault::DiskFull => "disk write fails",
             Fault::DiskUnknown => "disk write of unknown outcome",
             Fault::DiskStall => "disk write stalls past the timeout",
@@ -217,12 +265,14 @@ enum Ev {
         request: Request,
         copy: bool,
     },
-    /// The store's reply reaches the process.
+    /// The store's reply reaches the process, with the revision in its header (`None` for
+    /// a serializable read and a local disk, whose headers the store does not take in).
     Answer {
         m: usize,
         inc: u32,
         id: u64,
         reply: Reply,
+        revision: Option<i64>,
     },
     /// The process gives up on a request.
     CallTimeout {
@@ -253,6 +303,12 @@ enum Ev {
         inc: u32,
         write: StalledWrite,
     },
+    /// etcd's state is replaced by the snapshot taken at or before `taken_by`, and fenced.
+    Restore {
+        taken_by: Us,
+    },
+    /// A snapshot of etcd is taken (a backup, every second or so).
+    Snapshot,
     /// A network trouble ends.
     NetworkHeals {
         m: usize,
@@ -308,12 +364,20 @@ struct Process {
     progress_sent: Option<i64>,
     /// Forward jumps of the wall clock, confirmed before they are followed.
     filter: ClockFilter,
+    /// When the filter's reference was last kept for the next process, as production does
+    /// every second ([`crate::clock_memory`]).
+    memory_saved: Us,
+    /// The latest state of the store this process has seen, as the etcd store keeps it.
+    horizon: Horizon,
 }
 
 /// A machine: its clocks, its disk and its current process.
 struct Machine {
     /// Boot-clock rate error, parts per million.
     ppm: i64,
+    /// Where this machine's wall clock stands when nothing is wrong with it: within the
+    /// schedule's skew of true time.
+    base_offset_us: i64,
     wall_offset_us: i64,
     suspended_us: Us,
     /// Not running until then (SIGSTOP or suspend), and which pause it is.
@@ -336,6 +400,11 @@ struct Machine {
     last_success: Option<Us>,
     /// The last backup of a good state file, restored by the operator after corruption.
     backups: BTreeMap<u32, FileState>,
+    /// No client asks before this instant (a quiet spell of a bursty schedule).
+    quiet_until: Us,
+    /// The clock filter's reference as the last process kept it (the machine never reboots,
+    /// so it is always of this boot).
+    clock_memory: Option<i64>,
 }
 
 impl Machine {
@@ -406,6 +475,9 @@ pub struct World {
     checker: Checker,
     report: Report,
     next_pause: u64,
+    /// etcd answers nothing before this instant (stopped for a restore): requests that reach
+    /// it meanwhile are never carried out.
+    etcd_down_until: Us,
     /// One registry for every process: only counted, never read.
     metrics: Metrics,
     tracing: bool,
@@ -430,10 +502,14 @@ impl World {
             params.clock_only = true;
             params.max_clock_drift = Duration::from_secs(10);
             params.forward_jump_confirm = Duration::from_secs(10);
+            params.skew_us = 0;
+            params.bursty = false;
         }
+        let skew = params.skew_us;
         let machines = (0..params.machines)
             .map(|i| Machine {
                 ppm: rng.between(0, 400) as i64 - 200,
+                base_offset_us: if skew > 0 { rng.between(0, 2 * skew as u64) as i64 - skew } else { 0 },
                 wall_offset_us: rng.between(0, 40_000) as i64 - 20_000,
                 suspended_us: 0,
                 paused: None,
@@ -450,6 +526,12 @@ impl World {
                 pause_after_send: None,
                 last_success: None,
                 backups: BTreeMap::new(),
+                quiet_until: 0,
+                clock_memory: None,
+            })
+            .map(|mut machine: Machine| {
+                machine.wall_offset_us += machine.base_offset_us;
+                machine
             })
             .collect();
         let mut world = World {
@@ -464,6 +546,7 @@ impl World {
             checker: Checker::default(),
             report: Report::default(),
             next_pause: 0,
+            etcd_down_until: 0,
             metrics: Metrics::new(),
             tracing: std::env::var_os("SNOWMINT_SIM_TRACE").is_some(),
         };
@@ -475,6 +558,9 @@ impl World {
         }
         let first_fault = world.rng.exp(world.params.fault_every as f64) + SECOND;
         world.schedule(first_fault, Ev::Fault);
+        if world.params.mode == Mode::Etcd {
+            world.schedule(SECOND / 2, Ev::Snapshot);
+        }
         world
     }
 
@@ -580,12 +666,18 @@ impl World {
                 self.minter_step(m);
             }
             Ev::Arrive { m, inc, id, request, copy } => self.arrive(m, inc, id, request, copy),
-            Ev::Answer { m, inc, id, reply } => {
-                let ev = Ev::Answer { m, inc, id, reply };
+            Ev::Answer { m, inc, id, reply, revision } => {
+                let ev = Ev::Answer { m, inc, id, reply, revision };
                 if self.deferred(m, &ev) || !self.is_current(m, inc) {
                     return;
                 }
-                let Ev::Answer { reply, .. } = ev else { unreachable!() };
+                let Ev::Answer { reply, revision, .. } = ev else { unreachable!() };
+                // As the etcd store does: a header below one seen before means the store
+                // went back in time.
+                let reply = match revision.and_then(|r| self.process_mut(m).horizon.saw(1, r)) {
+                    Some(detail) => Reply::WentBack { detail, reply: Box::new(reply) },
+                    None => reply,
+                };
                 self.answer(m, id, reply);
             }
             Ev::CallTimeout { m, inc, id } => {
@@ -598,7 +690,7 @@ impl World {
             Ev::Ask { m } => {
                 let next = self.now + self.rng.exp(self.params.ask_every as f64).max(100);
                 self.schedule(next, Ev::Ask { m });
-                if self.deferred(m, &Ev::Ask { m }) {
+                if self.quiet(m) || self.deferred(m, &Ev::Ask { m }) {
                     return;
                 }
                 self.ask(m);
@@ -615,11 +707,32 @@ impl World {
             Ev::Resume { m, pause } => self.resume(m, pause),
             Ev::Start { m } => self.start(m),
             Ev::CorrectClock { m } => {
-                self.machines[m].wall_offset_us = self.rng.between(0, 40_000) as i64 - 20_000;
+                self.machines[m].wall_offset_us =
+                    self.machines[m].base_offset_us + self.rng.between(0, 40_000) as i64 - 20_000;
                 if !self.deferred(m, &Ev::Wake { m, inc: self.machines[m].incarnations })
                     && self.machines[m].process.is_some()
                 {
                     self.step(m);
+                }
+            }
+            Ev::Restore { taken_by } => {
+                let now = self.now;
+                if let Some(taken) = self.etcd.restore(now, taken_by) {
+                    for note in std::mem::take(&mut self.etcd.notes) {
+                        self.checker.note(now, note);
+                    }
+                    self.trace(|| format!("etcd restored from the snapshot of {:.3} s", taken as f64 / 1e6));
+                    // `snowmint fence`, on the operator's clock (within the skew of true time).
+                    let params = &self.params;
+                    let wall_ms = (WALL_AT_ZERO_US + now as i64 + params.skew_us).div_euclid(1000);
+                    self.etcd.set_fence(now, wall_ms + params.fence_window_ms);
+                }
+            }
+            Ev::Snapshot => {
+                self.etcd.snapshot(self.now);
+                if self.now < self.params.fault_until {
+                    let next = self.now + self.rng.between(300 * MS, 1_500 * MS);
+                    self.schedule(next, Ev::Snapshot);
                 }
             }
             Ev::NetworkHeals { m, kind } => {
@@ -640,6 +753,23 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Whether machine `m`'s client is quiet now (bursty schedules, before the faults stop):
+    /// now and then a quiet spell of up to a few seconds begins.
+    fn quiet(&mut self, m: usize) -> bool {
+        if !self.params.bursty || self.now >= self.params.fault_until {
+            return false;
+        }
+        if self.now < self.machines[m].quiet_until {
+            return true;
+        }
+        if self.rng.chance(0.02) {
+            let spell = self.rng.between(300 * MS, 3 * SECOND);
+            self.machines[m].quiet_until = (self.now + spell).min(self.params.fault_until);
+            return true;
+        }
+        false
     }
 
     fn is_current(&self, m: usize, inc: u32) -> bool {
@@ -686,6 +816,7 @@ impl World {
             layout: params.layout.clone(),
             seed: self.rng.next_u64(),
             max_fleet_skew_ms: params.max_fleet_skew_ms,
+            fence_window_ms: params.fence_window_ms,
         });
         let minter = MinterCore::new(
             MinterConfig {
@@ -718,7 +849,15 @@ impl World {
             stopping: false,
             timer: None,
             progress_sent: None,
-            filter: ClockFilter::new(Duration::from_millis(500), self.params.forward_jump_confirm),
+            filter: {
+                let (threshold, confirm) = (Duration::from_millis(500), self.params.forward_jump_confirm);
+                match self.machines[m].clock_memory {
+                    Some(high) => ClockFilter::seeded(threshold, confirm, high),
+                    None => ClockFilter::new(threshold, confirm),
+                }
+            },
+            memory_saved: now,
+            horizon: Horizon::default(),
         });
         self.step(m);
     }
@@ -779,6 +918,13 @@ impl World {
                 self.machines[m].pause_after_send = None;
                 self.pause(m, d, false);
             }
+        }
+        let machine = &mut self.machines[m];
+        if let Some(p) = machine.process.as_mut()
+            && now >= p.memory_saved + SECOND
+        {
+            p.memory_saved = now;
+            machine.clock_memory = p.filter.high_offset_us().or(machine.clock_memory);
         }
         let machine = &self.machines[m];
         let Some(p) = machine.process.as_ref() else { return };
@@ -1005,7 +1151,10 @@ impl World {
             Mode::Etcd => {
                 // Lost on the way (never in a clock-only world, whose refusals must come from
                 // the clock alone).
-                if self.machines[m].partitioned || (self.rng.chance(0.01) && !self.params.clock_only) {
+                if self.machines[m].partitioned
+                    || self.now < self.etcd_down_until
+                    || (self.rng.chance(0.01) && !self.params.clock_only)
+                {
                     self.trace(|| format!("m{m} request #{id} lost"));
                     return;
                 }
@@ -1035,6 +1184,11 @@ impl World {
     fn arrive(&mut self, m: usize, inc: u32, id: u64, request: Request, copy: bool) {
         let now = self.now;
         let owner = (m, inc);
+        let mut revision = None;
+        if self.params.mode == Mode::Etcd && now < self.etcd_down_until {
+            self.trace(|| format!("m{m} request #{id} reaches an etcd that is down"));
+            return;
+        }
         let reply = match self.params.mode {
             Mode::Etcd => {
                 // A member behind by up to a second serves serializable reads.
@@ -1043,6 +1197,8 @@ impl World {
                 for note in std::mem::take(&mut self.etcd.notes) {
                     self.checker.note(now, note);
                 }
+                let serializable = matches!(request, Request::ReadReservations { linearizable: false, .. });
+                revision = (!serializable).then(|| self.etcd.revision());
                 reply
             }
             Mode::File => {
@@ -1091,7 +1247,7 @@ impl World {
             Mode::Etcd => now + self.delay(m),
             Mode::File => now,
         };
-        self.schedule(at, Ev::Answer { m, inc, id, reply });
+        self.schedule(at, Ev::Answer { m, inc, id, reply, revision });
     }
 
     /// The stalled `write` of process `inc` on machine `m` finishes.
@@ -1142,6 +1298,22 @@ impl World {
     }
 
     // ---- Faults ----
+
+    /// etcd is stopped for a while (every machine cut off from it), restored from a snapshot
+    /// taken up to a few seconds before it stopped, fenced, and started again: the documented
+    /// procedure. The outage lasts at least a TTL (a restore takes that long and more), so
+    /// every claim the restore loses has passed its deadline before etcd answers again.
+    fn restore_etcd(&mut self) {
+        let ttl_us = self.params.ttl.as_micros() as u64;
+        let outage = self.rng.between(ttl_us, 2 * ttl_us).min(self.params.fault_until.saturating_sub(self.now));
+        if outage < ttl_us {
+            return;
+        }
+        let taken_by = self.now.saturating_sub(self.rng.between(500 * MS, 5 * SECOND));
+        self.etcd_down_until = self.etcd_down_until.max(self.now + outage);
+        // The restore happens while etcd is down; the fence goes in before it answers.
+        self.schedule(self.now + outage - 1, Ev::Restore { taken_by });
+    }
 
     /// Stops machine `m`'s process for `d` (a suspend stops its awake clock too).
     fn pause(&mut self, m: usize, d: Us, suspended: bool) {
@@ -1210,7 +1382,11 @@ impl World {
                 Fault::ReplyLoss,
                 Fault::Duplicates,
                 Fault::KeyDeletedByHand,
+                Fault::ReservationDeletedByHand,
             ]);
+            if self.params.restores {
+                kinds.push(Fault::EtcdRestored);
+            }
         } else {
             kinds.extend([Fault::DiskFull, Fault::DiskUnknown, Fault::DiskStall, Fault::CorruptFile]);
         }
@@ -1294,6 +1470,14 @@ impl World {
                 let slot = self.rng.below(self.params.layout.max_worker() + 1) as u32;
                 self.etcd.delete_worker(self.now, slot);
             }
+            Fault::ReservationDeletedByHand => {
+                let slot = self.rng.below(self.params.layout.max_worker() + 1) as u32;
+                self.etcd.delete_reservation(self.now, slot);
+                for note in std::mem::take(&mut self.etcd.notes) {
+                    self.checker.note(self.now, note);
+                }
+            }
+            Fault::EtcdRestored => self.restore_etcd(),
             Fault::DiskFull => self.machines[m].next_disk_fault = DiskFault::FailedBefore,
             Fault::DiskUnknown => {
                 let landed = self.rng.chance(0.5);

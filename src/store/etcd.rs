@@ -7,7 +7,15 @@
 //!   to the holder's lease, so it disappears when the lease expires or is revoked.
 //! - `reservations/<id>`: the time up to which slot `<id>` may have minted. No lease: it
 //!   outlives its writer, and the next holder mints only past it.
-//! - `history/<id>/<claim>`: the slot's history ([`crate::history::etcd`]), not written here.
+//! - `history/<id>/<claim>`: the slot's history ([`crate::history::etcd`]), not written here;
+//!   read to tell a reservation deleted (or lost to a restore) from a slot never used.
+//! - `fence`: set when an instance found etcd gone back in time (a restored snapshot), or by
+//!   `snowmint fence` after a restore: floors read from reservations written before it are
+//!   raised to it ([`super::Fence`]).
+//!
+//! Every answer's header is watched: a revision lower than one etcd gave before, or another
+//! cluster's ID, means etcd's state went back in time, and the reply says so
+//! ([`Reply::WentBack`]).
 //!
 //! Each request is one etcd call (a transaction where it must be atomic) on one endpoint;
 //! a failure moves the next call to the next endpoint, and the keeper decides whether and
@@ -27,8 +35,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::{
-    MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version,
-    Write,
+    Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored,
+    Version, Write,
 };
 use crate::layout::{Layout, rfc3339_ms};
 
@@ -122,6 +130,10 @@ struct Reservation {
     /// The writer's wall clock when it wrote, for the fleet's clock check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     written_at_ms: Option<i64>,
+    /// The writer extends it only when its minter asks: `written_at_ms` grows stale, and
+    /// the fleet's clock check leaves it out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    idle: bool,
 }
 
 /// One connection per endpoint; a call goes to the current one, and a failure moves the
@@ -191,10 +203,54 @@ fn tls_options(tls: &EtcdTls) -> Result<etcd_client::TlsOptions, StoreError> {
     Ok(options)
 }
 
+/// What a fence key holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct FenceRecord {
+    until_ms: i64,
+    until: String,
+    reason: String,
+}
+
+/// The latest state of etcd this store has seen: the cluster, and the highest revision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Horizon {
+    cluster_id: Option<u64>,
+    revision: i64,
+}
+
+impl Horizon {
+    /// Takes in an answer's header: what went back, if it did (a revision lower than one
+    /// seen before, or another cluster). Only linearizable answers are taken in: their
+    /// revision is at least that of every answer before them, from whichever member.
+    pub(crate) fn saw(&mut self, cluster_id: u64, revision: i64) -> Option<String> {
+        let went_back = match self.cluster_id {
+            Some(known) if known != cluster_id => {
+                Some(format!("etcd answers as cluster {cluster_id:x}, not cluster {known:x} as before"))
+            }
+            Some(_) if revision < self.revision => Some(format!(
+                "etcd's revision is {revision}, below {} seen before (restored from an older snapshot?)",
+                self.revision
+            )),
+            _ => None,
+        };
+        if went_back.is_some() {
+            // From here on, the store as it is now is the one to compare with.
+            *self = Horizon { cluster_id: Some(cluster_id), revision };
+        } else {
+            self.cluster_id = Some(cluster_id);
+            self.revision = self.revision.max(revision);
+        }
+        went_back
+    }
+}
+
 /// The etcd store.
 pub struct EtcdStore {
     prefix: String,
     etcd: Endpoints,
+    /// The latest state of etcd seen; what went back since the last reply, if it did.
+    horizon: Horizon,
+    went_back: Option<String>,
     /// The worker key's value for this instance.
     owner: String,
     /// The TTL granted per session, to report on renewal.
@@ -213,13 +269,29 @@ impl EtcdStore {
             version: env!("CARGO_PKG_VERSION").to_string(),
         })
         .expect("owner serializes");
-        let mut store = EtcdStore { prefix: config.prefix.clone(), etcd, owner, ttl: config.lease_ttl };
+        let mut store = EtcdStore {
+            prefix: config.prefix.clone(),
+            etcd,
+            horizon: Horizon::default(),
+            went_back: None,
+            owner,
+            ttl: config.lease_ttl,
+        };
         store.check_layout(layout, Instant::now() + config.start_timeout).await?;
         Ok(store)
     }
 
     fn key(&self, kind: &str, id: u32) -> String {
         key(&self.prefix, kind, id)
+    }
+
+    /// Takes in the header of a linearizable answer.
+    fn saw(&mut self, header: Option<&etcd_client::ResponseHeader>) {
+        if let Some(header) = header
+            && let Some(detail) = self.horizon.saw(header.cluster_id(), header.revision())
+        {
+            self.went_back = Some(detail);
+        }
     }
 
     /// Records the layout on the first start, or checks it against the recorded one.
@@ -281,6 +353,7 @@ impl EtcdStore {
             let prefix = prefix.clone();
             self.etcd.attempt("list slots", |mut c| async move { c.get(prefix, Some(options)).await }).await?
         };
+        self.saw(listed.header());
         let mut taken = Vec::new();
         let mut ours = Vec::new();
         for kv in listed.kvs() {
@@ -312,8 +385,7 @@ impl EtcdStore {
             .iter()
             .enumerate()
             .filter_map(|(i, &(holder, slot))| {
-                let kv = kv_of(&responses, i)?;
-                let wall_ms = serde_json::from_slice::<Reservation>(kv.value()).ok()?.written_at_ms?;
+                let wall_ms = published_clock(kv_of(&responses, i)?.value())?;
                 Some(PeerClock { slot, holder, wall_ms })
             })
             .collect();
@@ -366,6 +438,7 @@ impl EtcdStore {
             Err(refused) => return Ok(refused),
         };
         let response = self.etcd.attempt("claim slot", |mut c| async move { c.txn(txn).await }).await?;
+        self.saw(response.header());
         // A slot already carrying this session's lease is this instance's own: a claim whose
         // reply was lost committed. Reporting it lost would leak it until the lease ends.
         let won = response.succeeded() || kv_of(&response.op_responses(), 0).is_some_and(|kv| kv.lease() == session);
@@ -385,7 +458,7 @@ impl EtcdStore {
                     .await?;
                 reads.push(self.parse_reservation(slot, got.kvs().first().cloned()));
             }
-            return Ok(Reply::Reservations(reads));
+            return Ok(Reply::reservations(reads));
         }
         // One transaction of reads: linearizable, and one consistent revision for all.
         let txn = match read_plan(&self.prefix, slots).txn("read reservations") {
@@ -393,10 +466,82 @@ impl EtcdStore {
             Err(refused) => return Ok(refused),
         };
         let response = self.etcd.attempt("read reservations", |mut c| async move { c.txn(txn).await }).await?;
+        self.saw(response.header());
         let responses = response.op_responses();
-        let reads =
+        let mut reads: Vec<SlotRead> =
             slots.iter().enumerate().map(|(i, &slot)| self.parse_reservation(slot, kv_of(&responses, i))).collect();
-        Ok(Reply::Reservations(reads))
+        let fence = kv_of(&responses, slots.len()).and_then(|kv| {
+            let record: FenceRecord = serde_json::from_slice(kv.value()).ok()?;
+            Some(Fence { until_ms: record.until_ms, version: Version::At(kv.mod_revision()), reason: record.reason })
+        });
+        self.missing(&mut reads).await?;
+        Ok(Reply::Reservations { reads, fence })
+    }
+
+    /// Tells, among `reads`, a reservation that is absent though its slot was used before
+    /// (its history holds records: only a claim that wrote a reservation is recorded) from a
+    /// slot never used: the key was deleted by hand, or lost to a restore.
+    async fn missing(&mut self, reads: &mut [SlotRead]) -> Result<(), String> {
+        let absent: Vec<usize> = (0..reads.len()).filter(|&i| reads[i].stored == Stored::Absent).collect();
+        if absent.is_empty() {
+            return Ok(());
+        }
+        let then = absent
+            .iter()
+            .map(|&i| {
+                let options = GetOptions::new().with_prefix().with_count_only();
+                TxnOp::get(format!("{}/history/{}/", self.prefix, reads[i].slot), Some(options))
+            })
+            .collect();
+        let txn = match (TxnPlan { then, ..TxnPlan::default() }).txn("read slot history") {
+            Ok(txn) => txn,
+            Err(_) => return Ok(()),
+        };
+        let response = self.etcd.attempt("read slot history", |mut c| async move { c.txn(txn).await }).await?;
+        self.saw(response.header());
+        for (op, &i) in response.op_responses().iter().zip(&absent) {
+            let TxnOpResponse::Get(got) = op else { continue };
+            if got.count() > 0 {
+                reads[i].stored = Stored::Missing {
+                    reason: format!(
+                        "no reservation, though the slot's history holds {} records of claims: the key was deleted by hand, or etcd was restored from an older snapshot",
+                        got.count()
+                    ),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the fleet's fence, unless a higher one stands.
+    async fn set_fence(&mut self, until_ms: i64, reason: &str) -> Result<Reply, String> {
+        let key = format!("{}/fence", self.prefix);
+        let value =
+            serde_json::to_string(&FenceRecord { until_ms, until: rfc3339_ms(until_ms), reason: reason.to_string() })
+                .expect("fence serializes");
+        // Put only over the version read, so a higher fence set meanwhile is never lowered.
+        for _ in 0..3 {
+            let got = {
+                let key = key.clone();
+                self.etcd.attempt("read fence", |mut c| async move { c.get(key, None).await }).await?
+            };
+            self.saw(got.header());
+            let current = got.kvs().first().cloned();
+            let standing = current.as_ref().and_then(|kv| serde_json::from_slice::<FenceRecord>(kv.value()).ok());
+            if standing.is_some_and(|f| f.until_ms >= until_ms) {
+                return Ok(Reply::FenceSet);
+            }
+            let revision = current.map_or(0, |kv| kv.mod_revision());
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
+                .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+            let response = self.etcd.attempt("set fence", |mut c| async move { c.txn(txn).await }).await?;
+            self.saw(response.header());
+            if response.succeeded() {
+                return Ok(Reply::FenceSet);
+            }
+        }
+        Err("set fence: the fence kept changing under this write".into())
     }
 
     async fn write(&mut self, session: SessionId, writes: &[Write], check_claim: bool) -> Result<Reply, String> {
@@ -405,6 +550,7 @@ impl EtcdStore {
             Err(refused) => return Ok(refused),
         };
         let response = self.etcd.attempt("write reservations", |mut c| async move { c.txn(txn).await }).await?;
+        self.saw(response.header());
         if response.succeeded() {
             let revision = response.header().map_or(0, |h| h.revision());
             return Ok(Reply::Written(writes.iter().map(|w| (w.slot, Version::At(revision))).collect()));
@@ -430,6 +576,18 @@ impl EtcdStore {
                 c.lease_keep_alive(session).await.map(|_| ())
             })
             .await;
+        if result.is_ok() {
+            // The keep-alive's answer shows no header here: one read of the fence key (the
+            // smallest linearizable request) looks at etcd's state, so that an instance that
+            // mints nothing still finds a restored snapshot within one renewal.
+            let key = format!("{}/fence", self.prefix);
+            let options = GetOptions::new().with_count_only();
+            if let Ok(got) =
+                self.etcd.attempt("read fence", |mut c| async move { c.get(key, Some(options)).await }).await
+            {
+                self.saw(got.header());
+            }
+        }
         match result {
             Ok(()) => Reply::Renewed { ttl: self.ttl },
             Err(error) if error.contains("lease not found") => Reply::SessionGone,
@@ -442,9 +600,43 @@ impl EtcdStore {
             Ok(txn) => txn,
             Err(refused) => return Ok(refused),
         };
-        self.etcd.attempt("release slot", |mut c| async move { c.txn(txn).await }).await?;
+        let response = self.etcd.attempt("release slot", |mut c| async move { c.txn(txn).await }).await?;
+        self.saw(response.header());
         Ok(Reply::Released)
     }
+}
+
+/// What a reservation key holds once `write` applied.
+fn reservation_value(write: &Write) -> String {
+    serde_json::to_string(&Reservation {
+        reserved_until_ms: write.until_ms,
+        reserved_until: rfc3339_ms(write.until_ms),
+        written_at_ms: Some(write.wall_ms),
+        idle: write.idle,
+    })
+    .expect("reservation serializes")
+}
+
+/// The writer's clock a stored reservation publishes for the fleet's clock check: none when
+/// it carries none, or was written idle (a clock that old says nothing of the writer's now).
+fn published_clock(value: &[u8]) -> Option<i64> {
+    let reservation = serde_json::from_slice::<Reservation>(value).ok()?;
+    reservation.written_at_ms.filter(|_| !reservation.idle)
+}
+
+/// Sets the fleet's fence in the etcd that `config` names (`snowmint fence`, after a restore):
+/// until `until_ms`, every claim of a slot whose reservation was written before it takes it
+/// as its floor. A higher fence already standing is left as it is.
+pub async fn set_fence(config: &EtcdConfig, until_ms: i64, reason: &str) -> Result<(), StoreError> {
+    let mut store = EtcdStore {
+        prefix: config.prefix.clone(),
+        etcd: Endpoints::connect(config).await?,
+        horizon: Horizon::default(),
+        went_back: None,
+        owner: String::new(),
+        ttl: config.lease_ttl,
+    };
+    store.set_fence(until_ms, reason).await.map(|_| ()).map_err(StoreError::Etcd)
 }
 
 /// The first key-value of the `i`th operation's response in a transaction.
@@ -465,7 +657,7 @@ const MAX_TXN_OPS: usize = 128;
 const OPS_PER_WRITE: usize = 5;
 
 // The keeper's request sizes fit one transaction each.
-const _: () = assert!(MAX_READS <= MAX_TXN_OPS && MAX_WRITES * OPS_PER_WRITE <= MAX_TXN_OPS);
+const _: () = assert!(MAX_READS < MAX_TXN_OPS && MAX_WRITES * OPS_PER_WRITE <= MAX_TXN_OPS);
 
 /// A transaction as built, before etcd-client's `Txn` (which does not show its size): so
 /// that its size is checked before it is sent, and can be tested without an etcd.
@@ -516,9 +708,10 @@ fn slot_of(workers: &str, key: &[u8]) -> Option<u32> {
 /// The most keys one page of the clock sample's key reads asks for (keys only: about 20 KB).
 const SAMPLE_PAGE_MAX: i64 = 512;
 
-/// One get of each slot's reservation, in the order of `slots`.
+/// One get of each slot's reservation, in the order of `slots`, then one of the fence.
 fn read_plan(prefix: &str, slots: &[u32]) -> TxnPlan {
-    let then = slots.iter().map(|&slot| TxnOp::get(key(prefix, "reservations", slot), None)).collect();
+    let mut then: Vec<TxnOp> = slots.iter().map(|&slot| TxnOp::get(key(prefix, "reservations", slot), None)).collect();
+    then.push(TxnOp::get(format!("{prefix}/fence"), None));
     TxnPlan { then, ..TxnPlan::default() }
 }
 
@@ -544,13 +737,7 @@ fn write_plan(prefix: &str, session: SessionId, writes: &[Write], check_claim: b
             }
             None => {}
         }
-        let value = serde_json::to_string(&Reservation {
-            reserved_until_ms: write.until_ms,
-            reserved_until: rfc3339_ms(write.until_ms),
-            written_at_ms: Some(write.wall_ms),
-        })
-        .expect("reservation serializes");
-        plan.then.push(TxnOp::put(reservation.clone(), value, None));
+        plan.then.push(TxnOp::put(reservation.clone(), reservation_value(write), None));
         plan.otherwise.push(TxnOp::get(worker, None));
         plan.otherwise.push(TxnOp::get(reservation, None));
     }
@@ -585,6 +772,7 @@ impl Store for EtcdStore {
                 let secs = ttl.as_secs().max(1) as i64;
                 self.etcd.attempt("lease grant", |mut c| async move { c.lease_grant(secs, None).await }).await.map(
                     |granted| {
+                        self.saw(granted.header());
                         self.ttl = Duration::from_secs(granted.ttl().max(1) as u64);
                         Reply::SessionOpened { session: granted.id(), ttl: Some(self.ttl) }
                     },
@@ -594,18 +782,21 @@ impl Store for EtcdStore {
             Request::CountSlots => {
                 let prefix = format!("{}/workers/", self.prefix);
                 let options = GetOptions::new().with_prefix().with_count_only();
-                self.etcd
-                    .attempt("count slots", |mut c| async move { c.get(prefix, Some(options)).await })
-                    .await
-                    .map(|got| Reply::SlotCount { taken: got.count().max(0) as u64 })
+                self.etcd.attempt("count slots", |mut c| async move { c.get(prefix, Some(options)).await }).await.map(
+                    |got| {
+                        self.saw(got.header());
+                        Reply::SlotCount { taken: got.count().max(0) as u64 }
+                    },
+                )
             }
             Request::SampleClocks { session, from, limit } => self.sample_clocks(session, from, limit).await,
             Request::Claim { session, slot } => self.claim(session, slot).await,
             Request::ReadReservations { slots, linearizable } => self.read(&slots, linearizable).await,
+            Request::SetFence { until_ms, reason } => self.set_fence(until_ms, &reason).await,
             Request::WriteReservations { session, writes, check_claim } => {
                 self.write(session, &writes, check_claim).await
             }
-            Request::Renew { session } => return self.renew(session).await,
+            Request::Renew { session } => Ok(self.renew(session).await),
             Request::Release { session, slot } => self.release(session, slot).await,
             Request::CloseSession { session } => {
                 match self.etcd.attempt("lease revoke", |mut c| async move { c.lease_revoke(session).await }).await {
@@ -616,7 +807,11 @@ impl Store for EtcdStore {
                 }
             }
         };
-        result.unwrap_or_else(|error| Reply::Failed { error, outcome: Outcome::Unknown })
+        let reply = result.unwrap_or_else(|error| Reply::Failed { error, outcome: Outcome::Unknown });
+        match self.went_back.take() {
+            Some(detail) => Reply::WentBack { detail, reply: Box::new(reply) },
+            None => reply,
+        }
     }
 }
 
@@ -634,8 +829,28 @@ mod tests {
         assert_eq!(ordinal_of("host-+4"), None);
     }
 
+    /// Issue 23: a holder that mints nothing writes no more; its last published clock grows
+    /// stale, so a reservation written idle publishes none.
+    #[test]
+    fn an_idle_reservation_publishes_no_clock() {
+        let stored = |write: &Write| reservation_value(write).into_bytes();
+        let write = Write {
+            slot: 3,
+            until_ms: 1_800_000_003_000,
+            expect: Some(Version::At(9)),
+            wall_ms: 1_800_000_000_000,
+            idle: false,
+        };
+        assert_eq!(published_clock(&stored(&write)), Some(1_800_000_000_000));
+        assert_eq!(published_clock(&stored(&Write { idle: true, ..write })), None);
+        // Written before clocks were published, or before idleness was: read as they were.
+        assert_eq!(published_clock(br#"{"reserved_until_ms":1,"reserved_until":"x"}"#), None);
+        assert_eq!(published_clock(br#"{"reserved_until_ms":1,"reserved_until":"x","written_at_ms":5}"#), Some(5));
+    }
+
     fn writes(slots: &[u32]) -> Vec<Write> {
-        let write = |&slot| Write { slot, until_ms: 1_800_000_003_000, expect: Some(Version::At(9)), wall_ms: 0 };
+        let write =
+            |&slot| Write { slot, until_ms: 1_800_000_003_000, expect: Some(Version::At(9)), wall_ms: 0, idle: false };
         slots.iter().map(write).collect()
     }
 

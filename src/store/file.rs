@@ -446,10 +446,12 @@ impl Store for FileStore {
             Request::SampleClocks { .. } => Reply::PeerClocks(Vec::new()),
             Request::Claim { slot, .. } => Reply::Claimed { slot, won: self.files.contains_key(&slot) },
             Request::ReadReservations { slots, .. } => match self.read(&slots).await {
-                Ok(reads) => Reply::Reservations(reads),
+                Ok(reads) => Reply::reservations(reads),
                 Err(error) => Reply::Failed { error, outcome: Outcome::NotApplied },
             },
             Request::WriteReservations { writes, .. } => self.write(writes).await,
+            // One instance per state dir: no fleet to fence.
+            Request::SetFence { .. } => Reply::FenceSet,
             Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX },
             Request::Release { .. } => Reply::Released,
             Request::CloseSession { .. } => {
@@ -621,7 +623,13 @@ mod tests {
         let config =
             StandaloneConfig { state_dir: dir.path().to_path_buf(), worker_ids: vec![3], accept_missing_state: false };
         let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
-        let write = |until_ms, expect| Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 };
+        let write = |until_ms, expect| Write {
+            slot: 3,
+            until_ms,
+            expect: Some(expect),
+            wall_ms: until_ms - 3_000,
+            idle: false,
+        };
         let reply = store
             .call(Request::WriteReservations {
                 session: 1,
@@ -668,7 +676,13 @@ mod tests {
             writes: [3, 4]
                 .into_iter()
                 .zip(expect)
-                .map(|(slot, expect)| Write { slot, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 })
+                .map(|(slot, expect)| Write {
+                    slot,
+                    until_ms,
+                    expect: Some(expect),
+                    wall_ms: until_ms - 3_000,
+                    idle: false,
+                })
                 .collect(),
             check_claim: true,
         };
@@ -736,7 +750,7 @@ mod tests {
             let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
             let write = |until_ms, expect| Request::WriteReservations {
                 session: 1,
-                writes: vec![Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000 }],
+                writes: vec![Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000, idle: false }],
                 check_claim: true,
             };
             let reply = store.call(write(1_800_000_005_000, Version::Absent)).await;
@@ -752,7 +766,7 @@ mod tests {
 
             // The keeper reads again (the outcome is unknown), then writes the next reservation.
             let read = store.call(Request::ReadReservations { slots: vec![3], linearizable: true }).await;
-            let Reply::Reservations(reads) = read else { panic!("{read:?}") };
+            let Reply::Reservations { reads, .. } = read else { panic!("{read:?}") };
             let Some(version) = reads[0].stored.version() else { panic!("{reads:?}") };
             let reply = store.call(write(1_800_000_009_000, version)).await;
             let Reply::Written(versions) = reply else { panic!("{step:?}: {reply:?}") };

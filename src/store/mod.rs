@@ -15,8 +15,9 @@ pub mod file;
 use std::time::Duration;
 
 /// The most slots one [`Request::ReadReservations`] names. Every store reads that many in one
-/// step: etcd in one transaction of as many gets, within its 128 operations.
-pub const MAX_READS: usize = 128;
+/// step: etcd in one transaction of as many gets and one of the fence, within its 128
+/// operations.
+pub const MAX_READS: usize = 127;
 
 /// The most writes one [`Request::WriteReservations`] carries. Every store applies that many
 /// all or none: etcd in one transaction of five operations per write (two compares, a put,
@@ -41,6 +42,12 @@ pub enum Version {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stored {
     Absent,
+    /// No reservation is stored, though the slot was used before (its history says so): the
+    /// key was deleted by hand, or the store went back in time (a restored snapshot).
+    /// Nothing is known of how far the slot was minted.
+    Missing {
+        reason: String,
+    },
     /// "This slot may have minted up to `until_ms`" (Unix ms), at `version`.
     Reserved {
         until_ms: i64,
@@ -55,7 +62,7 @@ pub enum Stored {
 impl Stored {
     pub fn version(&self) -> Option<Version> {
         match self {
-            Stored::Absent => Some(Version::Absent),
+            Stored::Absent | Stored::Missing { .. } => Some(Version::Absent),
             Stored::Reserved { version, .. } => Some(*version),
             Stored::Corrupt { .. } => None,
         }
@@ -68,6 +75,20 @@ pub struct SlotRead {
     pub slot: u32,
     pub location: String,
     pub stored: Stored,
+}
+
+/// The fleet's fence: the store was found to have gone back in time (a restored snapshot), so
+/// no reservation written before the fence is trusted as a floor; until `until_ms`, past which
+/// nothing minted under the lost state can reach, is taken instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// Unix ms on the clock of whoever set it, with the fleet's clock skew already added.
+    pub until_ms: i64,
+    /// The fence's own version: a reservation written after it (a later version) was written
+    /// by a holder that knew the store as it is now, and is trusted as it stands.
+    pub version: Version,
+    /// What was found, for logs and refusals.
+    pub reason: String,
 }
 
 /// Another holder's clock, as it published it with its latest reservation write of a slot.
@@ -92,6 +113,9 @@ pub struct Write {
     pub expect: Option<Version>,
     /// The writer's wall clock when it sent the write, published for the fleet's clock check.
     pub wall_ms: i64,
+    /// The writer extends this reservation only when its minter asks (it has minted nothing
+    /// lately): its published clock goes stale, and the fleet's clock check leaves it out.
+    pub idle: bool,
 }
 
 /// What the keeper asks of a store.
@@ -110,10 +134,12 @@ pub enum Request {
     SampleClocks { session: SessionId, from: u32, limit: u32 },
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
     Claim { session: SessionId, slot: u32 },
-    /// Reads the reservations of `slots` (at most [`MAX_READS`]). Always linearizable in
-    /// production: a read served from a member's stale copy could miss the previous holder's
-    /// last reservation.
+    /// Reads the reservations of `slots` (at most [`MAX_READS`]), and the fleet's fence.
+    /// Always linearizable in production: a read served from a member's stale copy could
+    /// miss the previous holder's last reservation.
     ReadReservations { slots: Vec<u32>, linearizable: bool },
+    /// Sets the fleet's fence (or raises it: a lower one never replaces a higher one).
+    SetFence { until_ms: i64, reason: String },
     /// Writes reservations (at most [`MAX_WRITES`]): each only while `session` holds its slot
     /// (unless the planted defect drops that check) and while its stored version is
     /// `expect`. The compare is all or none: when one fails, nothing is written
@@ -140,6 +166,7 @@ impl Request {
             Request::SampleClocks { .. } => "sample clocks",
             Request::Claim { .. } => "claim slot",
             Request::ReadReservations { .. } => "read reservations",
+            Request::SetFence { .. } => "set fence",
             Request::WriteReservations { .. } => "write reservations",
             Request::Renew { .. } => "renew",
             Request::Release { .. } => "release slot",
@@ -174,15 +201,21 @@ pub enum Reply {
         taken: u64,
     },
     /// Per slot sampled from another session, its holder and the writer's wall clock at its
-    /// latest reservation write. Slots whose reservation carries none are left out. Several
-    /// may come from one holder; the keeper counts each holder once.
+    /// latest reservation write. Slots whose reservation carries none, or was written idle
+    /// ([`Write::idle`]: a clock that old says nothing of the writer's now), are left out.
+    /// Several may come from one holder; the keeper counts each holder once.
     PeerClocks(Vec<PeerClock>),
     /// `won`: the slot now belongs to the session (newly, or already).
     Claimed {
         slot: u32,
         won: bool,
     },
-    Reservations(Vec<SlotRead>),
+    Reservations {
+        reads: Vec<SlotRead>,
+        /// The fleet's fence, if one was ever set.
+        fence: Option<Fence>,
+    },
+    FenceSet,
     /// Every write applied; the new version of each slot's reservation.
     Written(Vec<(u32, Version)>),
     /// Nothing applied: the slots no longer the session's, and the current reservations.
@@ -201,6 +234,20 @@ pub enum Reply {
         error: String,
         outcome: Outcome,
     },
+    /// The store answered `reply`, and in it showed that its state went back in time since
+    /// an earlier answer (a revision lower than one it gave before, or another cluster): a
+    /// restored snapshot. What was written since that state is lost.
+    WentBack {
+        detail: String,
+        reply: Box<Reply>,
+    },
+}
+
+impl Reply {
+    /// Reservations read, with no fence (a store that keeps none).
+    pub fn reservations(reads: Vec<SlotRead>) -> Reply {
+        Reply::Reservations { reads, fence: None }
+    }
 }
 
 /// Why a store cannot be used at all; the start stops with this one line.

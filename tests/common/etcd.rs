@@ -188,6 +188,41 @@ impl EtcdCluster {
         }
     }
 
+    /// Saves a snapshot of the cluster's state to `path` (as `etcdctl snapshot save` does).
+    pub async fn snapshot(&self, path: &std::path::Path) {
+        let mut client = self.client().await;
+        let mut stream = client.snapshot().await.expect("etcd snapshot");
+        let mut bytes = Vec::new();
+        while let Some(part) = stream.message().await.expect("etcd snapshot stream") {
+            bytes.extend_from_slice(part.blob());
+        }
+        assert!(!bytes.is_empty(), "an empty snapshot");
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// Restores a one-member cluster from `snapshot`, as an operator does: the member is
+    /// stopped, its data dir made anew from the snapshot (`etcdctl snapshot restore`, from
+    /// Debian's `etcd-client`), and the member started again on it, on the same ports.
+    pub async fn restore(&mut self, snapshot: &std::path::Path) {
+        assert_eq!(self.members.len(), 1, "restore is for one-member clusters");
+        self.kill(0);
+        let member = &self.members[0];
+        std::fs::remove_dir_all(&member.data_dir).unwrap();
+        let output = Command::new(std::env::var("ETCDCTL_BIN").unwrap_or_else(|_| "etcdctl".into()))
+            .env("ETCDCTL_API", "3")
+            .args(["snapshot", "restore"])
+            .arg(snapshot)
+            .arg("--data-dir")
+            .arg(&member.data_dir)
+            .args(["--name", &member.name, "--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-token", "snowmint-test", "--initial-advertise-peer-urls", &member.peer_url])
+            .output()
+            .unwrap_or_else(|e| panic!("etcdctl (Debian package etcd-client; scripts/check installs it): {e}"));
+        assert!(output.status.success(), "etcdctl snapshot restore: {}", String::from_utf8_lossy(&output.stderr));
+        self.restart(0);
+        self.wait_healthy(Duration::from_secs(30)).await;
+    }
+
     fn signal(&self, i: usize, signal: &str) {
         if let Some(child) = &self.members[i].child {
             child.signal(signal_number(signal));

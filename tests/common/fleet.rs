@@ -50,11 +50,14 @@ type LiveHammer = (tokio::task::JoinHandle<()>, Arc<AtomicBool>, Arc<Mutex<Hamme
 pub struct Node {
     pub name: String,
     pub mode: Mode,
-    extra: Vec<String>,
+    pub extra: Vec<String>,
     /// The kernel hostname the process sees (as a pod's, `snowmint-3`), set in a UTS
     /// namespace of its own; `None`: this host's.
     hostname: Option<String>,
     clock_file: PathBuf,
+    /// The node's own local state (in etcd mode, only the clock filter's memory): each node
+    /// is a host of its own, with a clock of its own.
+    local_dir: PathBuf,
     pub process: Option<Process>,
     live: Option<LiveHammer>,
     /// Logs of this node's earlier lifetimes.
@@ -71,6 +74,7 @@ impl Node {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             hostname: None,
             clock_file,
+            local_dir: dir.join(format!("{name}.local")),
             process: None,
             live: None,
             done: Vec::new(),
@@ -106,9 +110,14 @@ impl Node {
 
     fn args(&self, extra: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = match &self.mode {
-            Mode::Etcd { endpoints, prefix } => {
-                vec!["--etcd-endpoints".into(), endpoints.clone(), "--etcd-prefix".into(), prefix.clone()]
-            }
+            Mode::Etcd { endpoints, prefix } => vec![
+                "--etcd-endpoints".into(),
+                endpoints.clone(),
+                "--etcd-prefix".into(),
+                prefix.clone(),
+                "--state-dir".into(),
+                self.local_dir.display().to_string(),
+            ],
             Mode::Standalone { state_dir, worker_id } => {
                 vec!["--state-dir".into(), state_dir.display().to_string(), "--worker-id".into(), worker_id.to_string()]
             }
@@ -289,11 +298,16 @@ pub struct Fleet {
 impl Fleet {
     /// `n` nodes in etcd mode on a cluster of `members`.
     pub async fn etcd(members: usize, n: usize) -> Fleet {
+        Fleet::etcd_with(members, n, &[]).await
+    }
+
+    /// [`Fleet::etcd`], every node started with `extra` arguments.
+    pub async fn etcd_with(members: usize, n: usize, extra: &[&str]) -> Fleet {
         let cluster = EtcdCluster::start(members).await;
         let dir = tempfile::tempdir().unwrap();
         let mode = Mode::Etcd { endpoints: cluster.endpoints(), prefix: "/fleet".into() };
         let mut nodes: Vec<Node> =
-            (0..n).map(|i| Node::new(&format!("node{i}"), mode.clone(), &[], dir.path())).collect();
+            (0..n).map(|i| Node::new(&format!("node{i}"), mode.clone(), extra, dir.path())).collect();
         for node in &mut nodes {
             node.start();
         }
@@ -540,6 +554,47 @@ pub async fn kill_and_restart(fleet: &mut Fleet, i: usize, behind: f64) -> Outco
     record(fleet, Outcome { fault, refusal: longest_refusal(&calls), recovery })
 }
 
+/// The wall clock jumps `secs` ahead; before the jump is confirmed the process is killed
+/// (kill -9) and restarted with the clock still ahead; the clock is then corrected (issue 24,
+/// finding 7). The restart, seeded with what the killed process kept in its state dir, does
+/// not adopt the jump: no ID after the restart is more than the 500 ms jump threshold ahead of
+/// real time, and none is refused once the clock is corrected. Without that memory, the
+/// restart took the jumped clock as the truth and minted `secs` ahead.
+pub async fn restart_during_forward_jump(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
+    let node = &mut fleet.nodes[i];
+    let before = node.live_ids().last().copied();
+    // The filter's reference is kept about every second: let the node keep it first.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    node.set_clock(secs);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    node.kill9().await;
+    let restarted = Instant::now();
+    node.start();
+    let recovery = node.recovered_after(restarted, Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let ahead = node.live_ids().iter().map(|&id| tick_ms(id) - wall_ms()).max().unwrap_or(i64::MIN);
+    assert!(
+        ahead <= 600,
+        "{}: minted {ahead} ms ahead of real time after a restart during a {secs} s forward jump",
+        node.name
+    );
+    if let (Mode::Standalone { .. }, Some(before)) = (&node.mode, before) {
+        let first = node.live_ids()[0];
+        assert!(first > before, "{}: restarted at {first}, below {before} from before the kill", node.name);
+    }
+    let corrected = Instant::now();
+    node.set_clock(0.0);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let calls = node.calls_after(restarted);
+    assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
+    let after = node.calls_after(corrected);
+    assert!(after.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused once the clock was corrected", node.name);
+    record(
+        fleet,
+        Outcome { fault: "kill -9 during a forward jump, restart", refusal: longest_refusal(&calls), recovery },
+    )
+}
+
 /// A new instance whose clock is a minute ahead of the fleet's: the start stops with a clear
 /// line naming the difference, and it takes no slot.
 pub async fn clock_far_from_the_fleet(fleet: &mut Fleet) -> Outcome {
@@ -626,6 +681,61 @@ pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
     fleet.retired.append(&mut old.done);
     fleet.nodes.push(newcomer);
     record(fleet, Outcome { fault: "SIGSTOP past TTL + take-over", refusal, recovery })
+}
+
+/// etcd (one member) restored from a snapshot taken `ago` before the holder of node 0's slot
+/// is killed, while the fleet minted past the snapshot; then a newcomer whose clock is
+/// `behind` seconds behind (inside the fleet's skew bound) takes that slot once the restored
+/// lease on it expires (issue 23). The restored etcd holds the slot's reservation as it was at
+/// the snapshot: a newcomer that took it as its floor would mint, on its clock behind, IDs the
+/// killed holder issued after the snapshot. The nodes that lived through the restore find it
+/// (a revision below one they saw, their own reservations gone) and fence the fleet: the
+/// newcomer's floor is the fence, and it mints only past it. Every ID is checked at the end.
+pub async fn etcd_restored(fleet: &mut Fleet, ago: Duration, behind: f64) -> Outcome {
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    fleet.cluster.as_ref().expect("etcd mode").snapshot(&snapshot).await;
+    // Minting goes on past the snapshot: reservations written after it, IDs issued under them.
+    tokio::time::sleep(ago).await;
+    let slot = worker_of(*fleet.nodes[0].live_ids().last().expect("node0 minted"));
+    let killed_last = *fleet.nodes[0].live_ids().last().unwrap();
+    fleet.nodes[0].kill9().await;
+    let restored = Instant::now();
+    fleet.cluster.as_mut().unwrap().restore(&snapshot).await;
+    // The slot's restored lease is alive again for a TTL; then the slot is free.
+    let prefix = match &fleet.nodes[0].mode {
+        Mode::Etcd { prefix, .. } => prefix.clone(),
+        Mode::Standalone { .. } => panic!("a restore needs etcd mode"),
+    };
+    let mut etcd = fleet.cluster.as_ref().unwrap().client().await;
+    let key = format!("{prefix}/workers/{slot}");
+    while super::etcd::get(&mut etcd, &key).await.is_some() {
+        assert!(restored.elapsed() < Duration::from_secs(30), "the restored lease on slot {slot} never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mode = fleet.nodes[0].mode.clone();
+    let extra: Vec<&str> = fleet.nodes[0].extra.iter().map(String::as_str).collect();
+    let mut newcomer = Node::new("successor", mode, &extra, fleet.dir.path());
+    newcomer.set_clock(-behind);
+    newcomer.start_with(&["--preferred-worker-id", &slot.to_string()]);
+    let started = Instant::now();
+    let recovery = newcomer.recovered_after(started, Duration::from_secs(90)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = newcomer.live_ids()[0];
+    assert_eq!(worker_of(first), slot, "the newcomer took the killed holder's slot");
+    assert!(first > killed_last, "the newcomer minted {first} on slot {slot}, below the killed holder's {killed_last}");
+    // The fleet found the restore and fenced it.
+    let mut went_back = 0.0;
+    for node in fleet.nodes.iter().filter(|n| n.process.is_some()) {
+        went_back += node.metric("snowmint_store_went_back_total").await;
+    }
+    assert!(went_back >= 1.0, "no node found that etcd went back in time");
+    assert!(super::etcd::get(&mut etcd, &format!("{prefix}/fence")).await.is_some(), "no fence set");
+    assert!(newcomer.metric("snowmint_slots_fenced_total").await >= 1.0, "the newcomer's floor was not fenced");
+    newcomer.set_clock(0.0);
+    let mut old = fleet.nodes.swap_remove(0);
+    fleet.retired.append(&mut old.done);
+    fleet.nodes.push(newcomer);
+    record(fleet, Outcome { fault: "etcd restored from a snapshot", refusal: Duration::ZERO, recovery })
 }
 
 /// kill -9 of the etcd leader: minting goes on; the member is restarted afterwards.

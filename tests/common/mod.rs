@@ -80,6 +80,7 @@ pub fn config(state_dir: &Path) -> ServeConfig {
         max_fleet_skew: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(5),
         history_retention: Some(snowmint::history::DEFAULT_RETENTION),
+        clock_memory_dir: Some(state_dir.to_path_buf()),
         tls: None,
         limits: snowmint::server::Limits::default(),
         opaque: None,
