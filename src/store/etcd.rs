@@ -26,6 +26,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOpt
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::alarm::{Alarm, AlarmWatch};
 use super::{
     MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored, Version,
     Write,
@@ -131,6 +132,8 @@ pub(crate) struct Endpoints {
     clients: Vec<(String, Client)>,
     current: usize,
     call_timeout: Duration,
+    /// Where the alarms that failed calls name are reported, if anywhere.
+    alarms: Option<AlarmWatch>,
 }
 
 impl Endpoints {
@@ -153,7 +156,19 @@ impl Endpoints {
                 .map_err(|e| StoreError::Etcd(format!("cannot set up the etcd client for {endpoint}: {e}")))?;
             clients.push((endpoint.clone(), client));
         }
-        Ok(Endpoints { clients, current: 0, call_timeout })
+        Ok(Endpoints { clients, current: 0, call_timeout, alarms: None })
+    }
+
+    /// From now on, a failed call that names an etcd alarm raises it in `alarms`.
+    pub(crate) fn report_alarms(&mut self, alarms: AlarmWatch) {
+        self.alarms = Some(alarms);
+    }
+
+    /// etcd applied a write of ours: no alarm stops writes now.
+    pub(crate) fn write_applied(&self) {
+        if let Some(alarms) = &self.alarms {
+            alarms.saw_write();
+        }
     }
 
     /// One attempt on the current endpoint; on failure the next call goes to the next one.
@@ -168,6 +183,9 @@ impl Endpoints {
             Ok(Err(e)) => format!("etcd {what} at {endpoint}: {e}"),
             Err(_) => format!("etcd {what} at {endpoint}: no answer within {:?}", self.call_timeout),
         };
+        if let Some(alarms) = &self.alarms {
+            alarms.saw_error(&error);
+        }
         self.current = (self.current + 1) % self.clients.len();
         Err(error)
     }
@@ -216,6 +234,13 @@ impl EtcdStore {
         let mut store = EtcdStore { prefix: config.prefix.clone(), etcd, owner, ttl: config.lease_ttl };
         store.check_layout(layout, Instant::now() + config.start_timeout).await?;
         Ok(store)
+    }
+
+    /// Reports the etcd alarms its calls meet (and clears them when a write applies) to
+    /// `alarms`.
+    pub fn report_alarms(mut self, alarms: AlarmWatch) -> EtcdStore {
+        self.etcd.report_alarms(alarms);
+        self
     }
 
     fn key(&self, kind: &str, id: u32) -> String {
@@ -406,6 +431,7 @@ impl EtcdStore {
         };
         let response = self.etcd.attempt("write reservations", |mut c| async move { c.txn(txn).await }).await?;
         if response.succeeded() {
+            self.etcd.write_applied();
             let revision = response.header().map_or(0, |h| h.revision());
             return Ok(Reply::Written(writes.iter().map(|w| (w.slot, Version::At(revision))).collect()));
         }
@@ -616,7 +642,13 @@ impl Store for EtcdStore {
                 }
             }
         };
-        result.unwrap_or_else(|error| Reply::Failed { error, outcome: Outcome::Unknown })
+        result.unwrap_or_else(|error| {
+            // etcd refuses a request under an alarm before applying anything (NOSPACE: the
+            // quota check, or the capped applier): certainly not applied, so a write keeps its
+            // version and its retry needs no read first.
+            let outcome = if Alarm::in_error(&error).is_some() { Outcome::NotApplied } else { Outcome::Unknown };
+            Reply::Failed { error, outcome }
+        })
     }
 }
 
