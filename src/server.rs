@@ -39,6 +39,7 @@ use crate::proto::id_service_server::IdServiceServer;
 use crate::protocols::Protocols;
 use crate::service::Service;
 use crate::store::StoreError;
+use crate::store::alarm::{Alarm, AlarmWatch};
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::file::{FileStore, StandaloneConfig};
 
@@ -249,6 +250,7 @@ async fn start_keeper(
     clock: &Arc<dyn Clock>,
     metrics: &Metrics,
     history: Option<Tap>,
+    alarms: &AlarmWatch,
 ) -> Result<KeeperHandle, ServeError> {
     let seed = clock.wall_us() as u64 ^ (u64::from(std::process::id()) << 32);
     let keeper_config = |policy, ttl| KeeperConfig {
@@ -275,7 +277,7 @@ async fn start_keeper(
             keeper::start(store, keeper_config(policy, Duration::MAX), driver).await
         }
         WorkerConfig::Etcd(etcd) => {
-            let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?;
+            let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?.report_alarms(alarms.clone());
             let policy = SlotPolicy::Leased { count: etcd.slots, preferred: etcd.preferred() };
             let driver = driver(etcd.call_timeout(), etcd.start_timeout);
             keeper::start(store, keeper_config(policy, etcd.lease_ttl), driver).await
@@ -296,9 +298,10 @@ async fn start_keeper(
                 etcd.prefix, config.layout.worker_bits
             ))
         }
-        (WorkerConfig::Etcd(_), StartError::Timeout { last, .. }) => {
-            ServeError::Claim(format!("cannot reach etcd: {last}"))
-        }
+        (WorkerConfig::Etcd(_), StartError::Timeout { last, .. }) => match Alarm::in_error(&last) {
+            Some(alarm) => ServeError::Claim(format!("etcd refuses to start a claim: {}; last error: {last}", alarm.explain())),
+            None => ServeError::Claim(format!("cannot reach etcd: {last}")),
+        },
         (_, e) => ServeError::Claim(e.to_string()),
     })
 }
@@ -329,13 +332,17 @@ pub async fn run(
         Some((tap, history)) => (Some(tap), Some(history)),
         None => (None, None),
     };
-    let keeper = start_keeper(&config, &clock, &metrics, tap).await?;
+    // What etcd's alarms say, from every etcd call of this instance: for the metric, the logs
+    // and the minter's refusals.
+    let alarms = AlarmWatch::new(&metrics);
+    let keeper = start_keeper(&config, &clock, &metrics, tap, &alarms).await?;
     // Stopped only once the gRPC server is done with the calls in flight.
     let stop_minter = CancellationToken::new();
     let links = MinterLinks {
         holding: keeper.holding.clone(),
         extend_now: keeper.extend_now.clone(),
         progress: keeper.progress.clone(),
+        store_trouble: alarms.trouble(),
     };
     let minter_config = MinterConfig {
         layout: config.layout.clone(),
