@@ -421,6 +421,15 @@ pub async fn run(
             ))
         }
     };
+    // etcd mode: the compaction of etcd's history and the alarm polls, beside the keeper and
+    // never in its way; ended by the shutdown token.
+    let upkeep = match &config.worker {
+        WorkerConfig::Etcd(etcd) => {
+            let seed = (clock.wall_us() as u64).rotate_left(17) ^ u64::from(std::process::id());
+            crate::upkeep::spawn(etcd, seed, clock.clone(), metrics.clone(), alarms, shutdown.clone()).await
+        }
+        WorkerConfig::Standalone(_) => None,
+    };
     tracing::info!(
         %grpc_addr,
         %admin_addr,
@@ -453,6 +462,13 @@ pub async fn run(
         }
     };
     keeper.finish(minted, FINISH_LIMIT).await;
+    if let Some(upkeep) = upkeep {
+        // Cancelled with the shutdown: it ends at once, whatever call it was in.
+        let abort = upkeep.abort_handle();
+        if tokio::time::timeout(FINISH_LIMIT, upkeep).await.is_err() {
+            abort.abort();
+        }
+    }
     if let Some(history) = history {
         history.recorder.finish(FINISH_LIMIT).await;
     }

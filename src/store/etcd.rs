@@ -60,6 +60,9 @@ pub struct EtcdConfig {
     pub user: Option<(String, String)>,
     /// How long the start may take to reach etcd before giving up.
     pub start_timeout: Duration,
+    /// How often the fleet compacts etcd's history ([`crate::upkeep`]); `None`: never (the
+    /// operator compacts).
+    pub compaction_interval: Option<Duration>,
 }
 
 impl std::fmt::Debug for EtcdConfig {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("lease_ttl", &self.lease_ttl)
             .field("preferred_worker_id", &self.preferred_worker_id)
             .field("slots", &self.slots)
+            .field("compaction_interval", &self.compaction_interval)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .finish_non_exhaustive()
     }

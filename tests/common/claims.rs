@@ -225,6 +225,7 @@ pub fn etcd_config(endpoints: &str, prefix: &str, ttl: Duration, preferred: Opti
         tls: None,
         user: None,
         start_timeout: Duration::from_secs(60),
+        compaction_interval: None,
     }
 }
 
