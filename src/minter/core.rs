@@ -702,7 +702,13 @@ impl<R: Responder> MinterCore<R> {
                 // A reservation write is under way: wait for it (the holding changes), but
                 // no longer than the callers' deadlines.
                 let at = now.boot + FENCE_WAIT;
+                let waiting = self.pending.len();
                 self.expire_before(at, || error.clone());
+                if self.pending.len() < waiting {
+                    // A caller was refused for it: minting refuses, say so (health, the
+                    // gauge, /readyz), however many others still wait for the write.
+                    self.set_readiness(Readiness::NotServing(error));
+                }
                 Next::At(at)
             }
             Some(Blocked::NoSlot) => {
@@ -1100,6 +1106,31 @@ mod tests {
         core.push(ask(Ask::One, Duration::from_millis(810), &log));
         core.pass(reading(EPOCH + 3_000, 800), &held);
         assert!(matches!(log.0.borrow()[2], Err(MintError::ReservationBehind { .. })), "{:?}", log.0.borrow()[2]);
+    }
+
+    /// Callers refused at the fence make readiness say so even while others still wait for
+    /// the reservation write: under steady load the queue is never empty, and readiness (the
+    /// health service, `snowmint_minting`, `/readyz`) stayed "serving" while every call was
+    /// refused.
+    #[test]
+    fn a_refusal_at_the_fence_is_reported_while_others_still_wait() {
+        let log = Log::default();
+        let mut core = core();
+        let held = holding(1, 7, None, EPOCH + 1_000, 60_000);
+        core.push(ask(Ask::One, Duration::from_secs(1), &log));
+        core.pass(reading(EPOCH + 500, 0), &held);
+        assert_eq!(core.poll_readiness(), Some(Readiness::Serving));
+        // Past the reservation: one caller's deadline comes before the write could, the
+        // other's later.
+        core.push(ask(Ask::One, Duration::from_millis(1_510), &log));
+        core.push(ask(Ask::One, Duration::from_secs(3), &log));
+        core.pass(reading(EPOCH + 2_000, 1_500), &held);
+        assert!(matches!(log.0.borrow()[1], Err(MintError::ReservationBehind { .. })), "{:?}", log.0.borrow());
+        assert_eq!(core.queue_length(), 1, "the other caller still waits");
+        match core.poll_readiness() {
+            Some(Readiness::NotServing(MintError::ReservationBehind { worker_id: 7, .. })) => {}
+            other => panic!("readiness {other:?} after a caller was refused at the fence"),
+        }
     }
 
     /// A reply and the connection it was for.
