@@ -23,7 +23,9 @@
 //! compactor per version of the key, and since each winner must have seen the version the
 //! previous winner wrote, at a round of its own an interval before, the fleet compacts about
 //! once an interval, however many instances it has. It costs each
-//! instance one transaction per interval, and the fleet one write (the winner's put).
+//! instance one transaction per interval (a raft proposal, as every transaction that may
+//! write is) and the fleet one new revision per interval (the winner's put), besides the
+//! compaction itself.
 //!
 //! A round or a compaction that fails is counted and retried at the next round; nothing here
 //! ever touches minting. A compaction to a revision etcd already compacted (by its own
