@@ -296,6 +296,21 @@ async fn nospace_is_named_in_refusals_and_minting_resumes_once_it_is_cleared() {
         assert!(code == 503 && body.contains("NOSPACE"), "/readyz {code}: {body}");
         eprintln!("refused: {message}");
     }
+    // An instance started now exits, naming the alarm and its fix: etcd refuses the
+    // transaction that checks the recorded layout (on the fleet's prefix) or records it (on a
+    // new one), as it refuses any that may write.
+    for prefix in ["/nospace", "/nospace-new"] {
+        let endpoints = cluster.endpoints();
+        let start = tokio::task::spawn_blocking(move || {
+            let args = ["--etcd-endpoints", &endpoints, "--etcd-prefix", prefix, "--etcd-start-timeout-ms", "2000"];
+            common::serve_to_exit_within(&args, Duration::from_secs(30))
+        });
+        let (code, stderr) = start.await.unwrap();
+        assert_ne!(code, 0, "an instance started on {prefix} during NOSPACE: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.contains("NOSPACE") && last.contains("etcdctl alarm disarm"), "{prefix}: {stderr}");
+        eprintln!("a start on {prefix}: {last}");
+    }
     // NOSPACE lasts a while: the keepers' write retries back off to their longest (2 s), the
     // leases' keep-alives go on (etcd takes them), and nothing is minted meanwhile.
     let failed = r#"snowmint_reservation_writes_total{result="failed"}"#;

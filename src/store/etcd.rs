@@ -265,7 +265,14 @@ impl EtcdStore {
             match self.etcd.attempt("record layout", |mut c| async move { c.txn(txn).await }).await {
                 Ok(response) => break response,
                 Err(error) if Instant::now() >= until => {
-                    return Err(StoreError::Etcd(format!("cannot reach etcd: {error}")));
+                    return Err(StoreError::Etcd(match Alarm::in_error(&error) {
+                        // Reached, and refused: the layout check is a transaction that may
+                        // write, which etcd refuses under NOSPACE.
+                        Some(alarm) => {
+                            format!("etcd refuses to start an instance: {}; last error: {error}", alarm.explain())
+                        }
+                        None => format!("cannot reach etcd: {error}"),
+                    }));
                 }
                 Err(error) => tracing::debug!(%error, "etcd not reachable yet; retrying"),
             }
