@@ -207,8 +207,8 @@ mod tests {
 
     #[test]
     fn alarms_are_recognised_in_etcds_own_words() {
-        // As etcd-client reports a refused call: the gRPC status with etcd's message.
-        let nospace = "etcd write reservations at http://127.0.0.1:2379: grpc request error: status: ResourceExhausted, message: \"etcdserver: mvcc: database space exceeded\", details: [], metadata: MetadataMap { headers: {} }";
+        // As the store reports a call etcd refused (etcd-client 0.21 against etcd 3.4).
+        let nospace = "etcd record layout at http://127.0.0.1:46211: grpc request error: code: 'Some resource has been exhausted', message: \"etcdserver: mvcc: database space exceeded\"";
         assert_eq!(Alarm::in_error(nospace), Some(Alarm::NoSpace));
         assert_eq!(Alarm::in_error("status: DataLoss, message: \"etcdserver: corrupt cluster\""), Some(Alarm::Corrupt));
         assert_eq!(Alarm::in_error("etcdserver: request timed out"), None);
