@@ -193,7 +193,7 @@ COUNTERS = [
     "snowmint_sequence_exhausted_total", "snowmint_sequence_wait_seconds_total",
     "snowmint_lease_renewals_total", "snowmint_clock_forward_jumps_adopted_total",
     "snowmint_history_writes_total", "snowmint_history_pruned_total",
-    "snowmint_opaque_ids_total",
+    "snowmint_opaque_ids_total", "snowmint_etcd_compactions_total",
 ]
 GAUGES = [
     "snowmint_lease_valid", "snowmint_minting", "snowmint_worker_id",
@@ -202,6 +202,7 @@ GAUGES = [
     "snowmint_clock_drift_seconds", "snowmint_clock_drift_bound_seconds",
     "snowmint_fleet_clock_skew_seconds", "snowmint_queue_length",
     "snowmint_fleet_slots_in_use", "snowmint_fleet_slots", "snowmint_opaque_key_version",
+    "snowmint_etcd_alarm", "snowmint_etcd_compacted_revision",
 ]
 HISTOGRAMS = [
     "snowmint_request_duration_seconds", "snowmint_batch_size",

@@ -12,6 +12,8 @@
 //!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
 //! - [`store`]: where slots are claimed and reservations kept (a state file, or etcd),
 //!   behind one small compare-and-set protocol.
+//! - [`upkeep`]: what an etcd-mode fleet does so that its etcd lasts for months: one instance
+//!   a round compacts etcd's history, and etcd's alarms are watched and named.
 //! - [`history`]: the record of every claim of a slot, written beside minting (never in its
 //!   way), for provenance in `Decode` and for `snowmint audit`.
 //! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
@@ -54,3 +56,4 @@ mod sim;
 pub mod store;
 pub mod tls;
 pub mod transport;
+pub mod upkeep;

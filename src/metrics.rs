@@ -86,6 +86,17 @@ pub const HANDSHAKE_PROTOCOL: &str = "protocol";
 pub const REFUSED_SATURATED: &str = "saturated";
 pub const REFUSED_DEADLINE: &str = "deadline";
 
+/// The `result` label of etcd compactions: this instance compacted etcd's history, found the
+/// revision compacted already (by etcd's own `--auto-compaction-*` or an operator: harmless),
+/// or failed (a round or a compaction; retried the next round).
+pub const COMPACTED: &str = "compacted";
+pub const ALREADY_COMPACTED: &str = "already_compacted";
+pub const COMPACTION_RESULTS: [&str; 3] = [COMPACTED, ALREADY_COMPACTED, RESULT_FAILED];
+
+/// The `alarm` label of `snowmint_etcd_alarm`: etcd's names of its alarms.
+pub const ALARM_NOSPACE: &str = "NOSPACE";
+pub const ALARM_CORRUPT: &str = "CORRUPT";
+
 /// All of snowmint's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -138,6 +149,14 @@ pub struct Metrics {
     /// The key version opaque IDs are made with, -1 without `--opaque-key-file`: during a
     /// rotation, which instances have the new key.
     pub opaque_key_version: IntGauge,
+    /// etcd mode: compactions of etcd's history this instance ran, by [`COMPACTION_RESULTS`].
+    pub etcd_compactions: IntCounterVec,
+    /// etcd mode: the revision etcd's history was last compacted to by the fleet, as this
+    /// instance last learnt it (its own compaction, or the compaction key another wrote).
+    pub etcd_compacted_revision: IntGauge,
+    /// etcd mode: 1 while etcd has the alarm (`NOSPACE`, `CORRUPT`) raised, as this instance
+    /// last saw it.
+    pub etcd_alarm: IntGaugeVec,
     pub build_info: IntGaugeVec,
 }
 
@@ -344,6 +363,27 @@ impl Metrics {
             "The key version new opaque IDs are made with (the highest in --opaque-key-file), or -1 without opaque keys.",
         )
         .unwrap();
+        let etcd_compactions = IntCounterVec::new(
+            Opts::new(
+                "snowmint_etcd_compactions_total",
+                "Compactions of etcd's history this instance ran (etcd mode; one instance a round, chosen through etcd), by result: compacted, already_compacted (by etcd's own auto-compaction or an operator: harmless), failed (a round or a compaction; retried the next round).",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        let etcd_compacted_revision = IntGauge::new(
+            "snowmint_etcd_compacted_revision",
+            "The revision etcd's history was last compacted to by the fleet, as this instance last learnt it (0: not yet).",
+        )
+        .unwrap();
+        let etcd_alarm = IntGaugeVec::new(
+            Opts::new(
+                "snowmint_etcd_alarm",
+                "1 while etcd has the alarm raised (NOSPACE: its database is full and every write is refused; CORRUPT), as this instance last saw it (etcd mode).",
+            ),
+            &["alarm"],
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("snowmint_build_info", "Always 1; labelled with the build's version."),
             &["version"],
@@ -389,6 +429,9 @@ impl Metrics {
             history_pruned,
             opaque_ids,
             opaque_key_version,
+            etcd_compactions,
+            etcd_compacted_revision,
+            etcd_alarm,
             build_info,
         };
         metrics.register_all();
@@ -435,6 +478,9 @@ impl Metrics {
             Box::new(self.history_pruned.clone()),
             Box::new(self.opaque_ids.clone()),
             Box::new(self.opaque_key_version.clone()),
+            Box::new(self.etcd_compactions.clone()),
+            Box::new(self.etcd_compacted_revision.clone()),
+            Box::new(self.etcd_alarm.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -472,6 +518,12 @@ impl Metrics {
         }
         for operation in [OPAQUE_ENCODED, OPAQUE_REVEALED] {
             self.opaque_ids.with_label_values(&[operation]);
+        }
+        for result in COMPACTION_RESULTS {
+            self.etcd_compactions.with_label_values(&[result]);
+        }
+        for alarm in [ALARM_NOSPACE, ALARM_CORRUPT] {
+            self.etcd_alarm.with_label_values(&[alarm]);
         }
         self.worker_id.set(-1);
         self.opaque_key_version.set(-1);
@@ -580,6 +632,12 @@ mod tests {
             r#"snowmint_lease_renewals_total{result="failed"} 0"#,
             "snowmint_ids_issued_total 0",
             "snowmint_worker_id -1",
+            r#"snowmint_etcd_compactions_total{result="compacted"} 0"#,
+            r#"snowmint_etcd_compactions_total{result="already_compacted"} 0"#,
+            r#"snowmint_etcd_compactions_total{result="failed"} 0"#,
+            "snowmint_etcd_compacted_revision 0",
+            r#"snowmint_etcd_alarm{alarm="NOSPACE"} 0"#,
+            r#"snowmint_etcd_alarm{alarm="CORRUPT"} 0"#,
             "snowmint_build_info{version=",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");

@@ -40,6 +40,7 @@ use crate::proto::id_service_server::IdServiceServer;
 use crate::protocols::Protocols;
 use crate::service::Service;
 use crate::store::StoreError;
+use crate::store::alarm::{Alarm, AlarmWatch};
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::file::{FileStore, StandaloneConfig};
 
@@ -302,6 +303,7 @@ async fn start_keeper(
     clock: &Arc<dyn Clock>,
     metrics: &Metrics,
     history: Option<Tap>,
+    alarms: &AlarmWatch,
 ) -> Result<KeeperHandle, ServeError> {
     let seed = clock.wall_us() as u64 ^ (u64::from(std::process::id()) << 32);
     let window_ms = config.reservation_window.as_millis() as i64;
@@ -331,7 +333,7 @@ async fn start_keeper(
             keeper::start(store, keeper_config(policy, Duration::MAX), driver).await
         }
         WorkerConfig::Etcd(etcd) => {
-            let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?;
+            let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?.report_alarms(alarms.clone());
             let policy = SlotPolicy::Leased { count: etcd.slots, preferred: etcd.preferred() };
             let driver = driver(etcd.call_timeout(), etcd.start_timeout);
             keeper::start(store, keeper_config(policy, etcd.lease_ttl), driver).await
@@ -352,9 +354,10 @@ async fn start_keeper(
                 etcd.prefix, config.layout.worker_bits
             ))
         }
-        (WorkerConfig::Etcd(_), StartError::Timeout { last, .. }) => {
-            ServeError::Claim(format!("cannot reach etcd: {last}"))
-        }
+        (WorkerConfig::Etcd(_), StartError::Timeout { last, .. }) => match Alarm::in_error(&last) {
+            Some(alarm) => ServeError::Claim(format!("etcd refuses to start a claim: {}; last error: {last}", alarm.explain())),
+            None => ServeError::Claim(format!("cannot reach etcd: {last}")),
+        },
         (_, e) => ServeError::Claim(e.to_string()),
     })
 }
@@ -394,13 +397,17 @@ pub async fn run(
         Some((tap, history)) => (Some(tap), Some(history)),
         None => (None, None),
     };
-    let keeper = start_keeper(&config, &clock, &metrics, tap).await?;
+    // What etcd's alarms say, from every etcd call of this instance: for the metric, the logs
+    // and the minter's refusals.
+    let alarms = AlarmWatch::new(&metrics);
+    let keeper = start_keeper(&config, &clock, &metrics, tap, &alarms).await?;
     // Stopped only once the gRPC server is done with the calls in flight.
     let stop_minter = CancellationToken::new();
     let links = MinterLinks {
         holding: keeper.holding.clone(),
         extend_now: keeper.extend_now.clone(),
         progress: keeper.progress.clone(),
+        store_trouble: alarms.trouble(),
     };
     let minter_config = MinterConfig {
         layout: config.layout.clone(),
@@ -479,6 +486,15 @@ pub async fn run(
             ))
         }
     };
+    // etcd mode: the compaction of etcd's history and the alarm polls, beside the keeper and
+    // never in its way; ended by the shutdown token.
+    let upkeep = match &config.worker {
+        WorkerConfig::Etcd(etcd) => {
+            let seed = (clock.wall_us() as u64).rotate_left(17) ^ u64::from(std::process::id());
+            crate::upkeep::spawn(etcd, seed, clock.clone(), metrics.clone(), alarms, shutdown.clone()).await
+        }
+        WorkerConfig::Standalone(_) => None,
+    };
     tracing::info!(
         %grpc_addr,
         %admin_addr,
@@ -511,6 +527,13 @@ pub async fn run(
         }
     };
     keeper.finish(minted, FINISH_LIMIT).await;
+    if let Some(upkeep) = upkeep {
+        // Cancelled with the shutdown: it ends at once, whatever call it was in.
+        let abort = upkeep.abort_handle();
+        if tokio::time::timeout(FINISH_LIMIT, upkeep).await.is_err() {
+            abort.abort();
+        }
+    }
     if let Some(history) = history {
         history.recorder.finish(FINISH_LIMIT).await;
     }

@@ -69,6 +69,16 @@ fn bad_configuration_exits_with_one_clear_line() {
         ),
         (&["--max-connections-per-peer", "16385"], "is more than --max-connections 16384"),
         (&["--log-format", "xml"], "--log-format"),
+        // Compaction every 1 s to 1 h, or off: the edges pass (and the next flag is the one
+        // refused), one past them does not.
+        (&["--etcd-compaction-interval", "3601"], "must be between 1s and 3600s (1h), or off; got 3601s"),
+        (&["--etcd-compaction-interval", "2h"], "must be between 1s and 3600s (1h), or off; got 7200s"),
+        (&["--etcd-compaction-interval", "soon"], "not a duration such as 30d, 12h, 90m or 600s"),
+        (&["--etcd-compaction-interval", "5ms"], "unknown unit \"ms\""),
+        (&["--etcd-compaction-interval", "1h", "--worker-bits", "40"], "--worker-bits 40 + --sequence-bits 12"),
+        (&["--etcd-compaction-interval", "1s", "--worker-bits", "40"], "--worker-bits 40 + --sequence-bits 12"),
+        (&["--etcd-compaction-interval", "off", "--worker-bits", "40"], "--worker-bits 40 + --sequence-bits 12"),
+        (&["--etcd-compaction-interval", "0", "--worker-bits", "40"], "--worker-bits 40 + --sequence-bits 12"),
     ];
     for (args, expected) in cases {
         let line = serve_error(args);

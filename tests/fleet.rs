@@ -9,14 +9,103 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::claims::{self, Start};
+use common::claims::{self, EtcdDb, Start};
 use common::etcd::EtcdCluster;
 use common::{serial, serve_to_exit_within};
 use snowmint::layout::{DEFAULT_EPOCH_MS, Layout};
 
 const TTL: Duration = Duration::from_secs(10);
+
+/// A number of seconds from the environment variable `name`, or `default`.
+fn seconds(name: &str, default: u64) -> Duration {
+    Duration::from_secs(std::env::var(name).map_or(default, |s| s.trim().parse().expect("a number of seconds")))
+}
+
+/// What `k` instances at rest cost etcd's database, without compaction and with it:
+///
+/// - over 30 s at rest with nothing compacting (as the start left it): etcd's revisions per
+///   second per instance, the bytes each adds to the database in use, and so the bytes per
+///   instance-day, and the days until etcd's default 2 GiB quota is full;
+/// - then the fleet's own compaction (every instance's upkeep, as `serve` runs it) every
+///   `SNOWMINT_FLEET_COMPACTION_INTERVAL` seconds (10): once it has compacted, every member
+///   is defragmented, and over `SNOWMINT_FLEET_COMPACTION_STRETCH` seconds (60) the database
+///   file grows back to its plateau, sampled every 2 s; with the requests and writes the
+///   rounds add. The plateau at the default interval (5 minutes) is projected from it: two
+///   intervals of the fleet's history more.
+async fn months(cluster: &EtcdCluster, k: usize) {
+    let before = EtcdDb::read(cluster).await;
+    let started = Instant::now();
+    let steady = claims::steady_load(cluster, Duration::from_secs(30)).await;
+    let after = EtcdDb::read(cluster).await;
+    let secs = started.elapsed().as_secs_f64();
+    let revisions = (after.revision - before.revision) as f64;
+    let bytes = (after.in_use - before.in_use).max(0) as f64;
+    let per_revision = if revisions > 0.0 { bytes / revisions } else { 0.0 };
+    let per_instance_day = bytes / secs / k as f64 * 86_400.0;
+    let quota = 2.0 * (1u64 << 30) as f64;
+    eprintln!(
+        "FLEET growth k={k}: per instance {:.3} etcd writes/s, {:.3} revisions/s; {per_revision:.0} bytes per revision; \
+         {:.1} MB per instance-day without compaction; a 2 GiB quota full after {:.1} days ({:.1} h)",
+        steady.proposals / k as f64,
+        revisions / secs / k as f64,
+        per_instance_day / 1e6,
+        quota / (per_instance_day * k as f64),
+        quota / (per_instance_day * k as f64) * 24.0,
+    );
+
+    let interval = seconds("SNOWMINT_FLEET_COMPACTION_INTERVAL", 10);
+    let stretch = seconds("SNOWMINT_FLEET_COMPACTION_STRETCH", 60);
+    let (upkeeps, stop) = claims::start_upkeeps(cluster, "/fleet", k, interval).await;
+    // The first rounds only learn the key; the second compacts. Then the files shrink to what
+    // is in use, and grow back to the plateau.
+    tokio::time::sleep(2 * interval + Duration::from_secs(1)).await;
+    claims::defragment(cluster).await;
+    let load_before = claims::EtcdLoad::read(cluster).await;
+    let first = EtcdDb::read(cluster).await;
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < stretch {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        samples.push((started.elapsed(), EtcdDb::read(cluster).await));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut load = claims::EtcdLoad::read(cluster).await.since(&load_before);
+    // Not the fleet's: this test's own status reads, one per member per sample.
+    let own = ((1 + samples.len()) * cluster.members.len()) as f64;
+    if let Some(status) = load.requests.get_mut("Status") {
+        *status -= own;
+    }
+    load.requests.retain(|_, n| *n > 0.0);
+    stop.cancel();
+    for upkeep in upkeeps {
+        common::join_within(upkeep, Duration::from_secs(30), "an upkeep's stop").await;
+    }
+    let last = samples.last().map_or(first, |s| s.1);
+    let late: Vec<EtcdDb> = samples.iter().filter(|(t, _)| *t >= stretch / 2).map(|s| s.1).collect();
+    let (size_min, size_max) = (late.iter().map(|d| d.size).min(), late.iter().map(|d| d.size).max());
+    let (use_min, use_max) = (late.iter().map(|d| d.in_use).min(), late.iter().map(|d| d.in_use).max());
+    let fleet_revisions = (last.revision - first.revision) as f64 / secs;
+    let projected =
+        size_max.unwrap_or(0) as f64 + 2.0 * (300.0 - interval.as_secs_f64()).max(0.0) * fleet_revisions * per_revision;
+    let mb = |b: Option<i64>| b.unwrap_or(0) as f64 / 1e6;
+    eprintln!(
+        "FLEET plateau k={k}, compacting every {interval:?}: database file {:.2}-{:.2} MB over the last {:?} \
+         (in use {:.2}-{:.2} MB; {:.2} MB after the defragmentation); per instance {:.3} requests/s ({}), \
+         {:.3} writes/s; projected plateau compacting every 5 minutes: {:.1} MB",
+        mb(size_min),
+        mb(size_max),
+        stretch / 2,
+        mb(use_min),
+        mb(use_max),
+        first.size as f64 / 1e6,
+        load.total() / secs / k as f64,
+        load.breakdown(secs * k as f64),
+        load.proposals / secs / k as f64,
+        projected / 1e6,
+    );
+}
 
 /// The fleet sizes of `SNOWMINT_FLEET_SIZES` (comma-separated), or `default`.
 fn sizes(default: &[usize]) -> Vec<usize> {
@@ -93,8 +182,9 @@ async fn when_every_slot_is_taken_the_next_instance_fails_with_the_clear_error()
     claims::stop_keepers(keepers).await;
 }
 
-/// The README's fleet table: K keepers starting together for each size, then the fleet at
-/// rest; and `SNOWMINT_FLEET_PROCESSES` real processes (default 16) starting together.
+/// The README's fleet tables: K keepers starting together for each size, then the fleet at
+/// rest, and what it costs etcd's database over months ([`months`]); and
+/// `SNOWMINT_FLEET_PROCESSES` real processes (default 16) starting together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: run by scripts/fleet"]
 async fn fleet_claims() {
@@ -122,6 +212,7 @@ async fn fleet_claims() {
             steady.breakdown(k as f64),
             steady.proposals / k as f64
         );
+        months(&cluster, k).await;
         claims::stop_keepers(keepers).await;
     }
     let processes: usize =

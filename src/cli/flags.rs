@@ -171,6 +171,8 @@ impl EtcdArgs {
             tls,
             user,
             start_timeout: Duration::from_secs(10),
+            // Only `serve` compacts (its own flag).
+            compaction_interval: None,
         })
     }
 }

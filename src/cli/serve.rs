@@ -14,6 +14,7 @@ use snowmint::layout::Layout;
 use snowmint::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
 use snowmint::store::etcd::{EtcdConfig, hostname, ordinal_of};
 use snowmint::store::file::StandaloneConfig;
+use snowmint::upkeep::task::{MAX_COMPACTION_INTERVAL, MIN_COMPACTION_INTERVAL};
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{EtcdArgs, LayoutArgs, parse_ms, parse_nonzero_ms, parse_retention};
@@ -59,6 +60,33 @@ fn parse_worker_ids(text: &str) -> Result<WorkerIds, String> {
         return Err(format!("{text} names a worker ID twice"));
     }
     Ok(WorkerIds(ids))
+}
+
+/// `--etcd-compaction-interval`: how often the fleet compacts etcd's history, or `None`
+/// (`off`, `0`): the operator compacts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionInterval(pub Option<Duration>);
+
+/// Parses `off` or `0` (no compaction), or a duration such as `5m`, `90s` or `1h` (a bare
+/// number is seconds) from 1 s to 1 h.
+fn parse_compaction_interval(text: &str) -> Result<CompactionInterval, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(CompactionInterval(None));
+    }
+    let interval = parse_retention(text)?;
+    if interval.is_zero() {
+        return Ok(CompactionInterval(None));
+    }
+    let (min, max) = (MIN_COMPACTION_INTERVAL, MAX_COMPACTION_INTERVAL);
+    if interval < min || interval > max {
+        return Err(format!(
+            "must be between {}s and {}s (1h), or off; got {}s",
+            min.as_secs(),
+            max.as_secs(),
+            interval.as_secs()
+        ));
+    }
+    Ok(CompactionInterval(Some(interval)))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -145,6 +173,12 @@ pub struct ServeArgs {
     /// snowmint-3).
     #[arg(long, env = "SNOWMINT_PREFERRED_WORKER_ID")]
     pub preferred_worker_id: Option<u32>,
+    /// etcd mode: how often the fleet compacts etcd's history (5m, 90s, 1h; a bare number is
+    /// seconds; 1 s to 1 h), keeping at least this much of it: each interval one instance,
+    /// chosen through etcd, compacts. `off` (or 0) when etcd's operator compacts already
+    /// (etcd's --auto-compaction-*).
+    #[arg(long, env = "SNOWMINT_ETCD_COMPACTION_INTERVAL", default_value = "5m", value_parser = parse_compaction_interval)]
+    pub etcd_compaction_interval: CompactionInterval,
     /// How long the start may spend reaching etcd before giving up, in ms.
     #[arg(long, env = "SNOWMINT_ETCD_START_TIMEOUT_MS", default_value = "30000", value_parser = parse_ms)]
     pub etcd_start_timeout_ms: Duration,
@@ -359,6 +393,7 @@ impl ServeArgs {
         config.preferred_worker_id = preferred;
         config.slots = slots;
         config.start_timeout = self.etcd_start_timeout_ms;
+        config.compaction_interval = self.etcd_compaction_interval.0;
         Ok(config)
     }
 }

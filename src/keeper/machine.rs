@@ -525,10 +525,12 @@ impl Keeper {
         self.progress = slots;
     }
 
-    /// The minter found itself past its reservation: extend at once.
+    /// The minter found itself past its reservation: extend as soon as a request may go. A
+    /// retry after a failure keeps its backoff: the minter asks on every pass that callers
+    /// wait at the fence, and a store refusing every write (etcd's NOSPACE alarm) would be
+    /// asked again at each one, dozens of times a second (issue 23).
     pub fn extend_now(&mut self) {
         self.extend_asap = true;
-        self.retry_at = None;
     }
 
     /// Starts stopping: shrink the reservations to what was minted (only when that is
@@ -558,7 +560,11 @@ impl Keeper {
             self.failed(now, &request, error.clone(), *outcome);
             return;
         }
-        self.backoff = FIRST_BACKOFF;
+        // A renewal goes out whatever the backoff, and its success says nothing of the other
+        // requests (etcd takes keep-alives while its NOSPACE alarm refuses every write).
+        if !matches!(request, Request::Renew { .. }) {
+            self.backoff = FIRST_BACKOFF;
+        }
         match (request, reply) {
             (Request::OpenSession { .. }, Reply::SessionOpened { session, ttl }) => {
                 self.opened(now, sent, session, ttl)

@@ -305,6 +305,9 @@ pub struct MinterCore<R> {
     tick_taken: (u64, u64),
     /// The last tick a small ask was served in: the reserve stays while they come.
     small_served: Option<u64>,
+    /// Why the store refuses this instance's writes, while it says so (an etcd alarm): given
+    /// with the refusals the store causes.
+    store_trouble: Option<String>,
 }
 
 impl<R: Responder> MinterCore<R> {
@@ -336,6 +339,7 @@ impl<R: Responder> MinterCore<R> {
             wants_extension: false,
             tick_taken: (0, 0),
             small_served: None,
+            store_trouble: None,
         })
     }
 
@@ -351,6 +355,22 @@ impl<R: Responder> MinterCore<R> {
 
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty() || !self.arrived.is_empty()
+    }
+
+    /// Why the store refuses writes, as it says (an etcd alarm explained), or `None`.
+    pub fn set_store_trouble(&mut self, why: Option<String>) {
+        self.store_trouble = why;
+    }
+
+    /// `error`, with the store's own word on why, when it is a refusal the store causes and
+    /// the store says why it refuses.
+    fn blame_store(&self, error: MintError) -> MintError {
+        match (&self.store_trouble, &error) {
+            (Some(why), MintError::NoWorker(_) | MintError::LeaseExpired(_) | MintError::ReservationBehind { .. }) => {
+                MintError::StoreRefuses { refusal: Box::new(error), why: why.clone() }
+            }
+            _ => error,
+        }
     }
 
     /// Readiness, when it changed since the last call.
@@ -507,7 +527,7 @@ impl<R: Responder> MinterCore<R> {
     fn serve(&mut self, now: Reading, holding: &Holding) -> Next {
         let now_ms = now.wall_us.div_euclid(1000);
         if let Err(error) = self.sync_holding(holding, now) {
-            self.refuse_all(error);
+            self.refuse_all(self.blame_store(error));
             return Next::Idle;
         }
         let layout = &self.config.layout;
@@ -689,10 +709,10 @@ impl<R: Responder> MinterCore<R> {
                     return Next::Idle;
                 }
                 self.wants_extension = true;
-                let error = MintError::ReservationBehind {
+                let error = self.blame_store(MintError::ReservationBehind {
                     worker_id: self.first_worker(holding),
                     reserved_until: rfc3339_ms(self.config.layout.tick_end_ms(reserved)),
-                };
+                });
                 if self.pending.is_empty() {
                     self.set_readiness(Readiness::NotServing(error));
                     return Next::Idle;
@@ -700,7 +720,13 @@ impl<R: Responder> MinterCore<R> {
                 // A reservation write is under way: wait for it (the holding changes), but
                 // no longer than the callers' deadlines.
                 let at = now.boot + FENCE_WAIT;
+                let waiting = self.pending.len();
                 self.expire_before(at, || error.clone());
+                if self.pending.len() < waiting {
+                    // A caller was refused for it: minting refuses, say so (health, the
+                    // gauge, /readyz), however many others still wait for the write.
+                    self.set_readiness(Readiness::NotServing(error));
+                }
                 Next::At(at)
             }
             Some(Blocked::NoSlot) => {
@@ -1092,6 +1118,73 @@ mod tests {
         core.push(ask(Ask::One, Duration::from_secs(1), &log));
         core.pass(reading(EPOCH, 0), &held);
         assert!(matches!(log.0.borrow()[0], Err(MintError::ReservationBehind { .. })));
+    }
+
+    /// Issue 23: a reservation that etcd does not extend because of an alarm is refused with
+    /// the alarm's own explanation, readiness too; refusals of other causes are not blamed on
+    /// the store, and once the store has nothing to say the refusal is the plain one.
+    #[test]
+    fn refusals_the_store_causes_carry_its_reason_while_it_gives_one() {
+        let why = "etcd raised its NOSPACE alarm: run `etcdctl alarm disarm`";
+        let log = Log::default();
+        let mut core = core();
+        core.set_store_trouble(Some(why.into()));
+        // Past the reservation (it ended at EPOCH + 1,000), with a request waiting.
+        let held = holding(1, 7, None, EPOCH + 1_000, 60_000);
+        // Its deadline comes before the wait for a reservation write would end.
+        core.push(ask(Ask::One, Duration::from_millis(10), &log));
+        core.pass(reading(EPOCH + 2_000, 0), &held);
+        core.pass(reading(EPOCH + 2_005, 5), &held);
+        let refused = log.0.borrow()[0].clone().unwrap_err();
+        match &refused {
+            MintError::StoreRefuses { refusal, why: given } => {
+                assert!(matches!(**refusal, MintError::ReservationBehind { worker_id: 7, .. }), "{refusal:?}");
+                assert_eq!(given, why);
+            }
+            other => panic!("{other:?}"),
+        }
+        let text = refused.to_string();
+        assert!(text.contains("has not been extended") && text.contains("NOSPACE"), "{text}");
+        match core.poll_readiness() {
+            Some(Readiness::NotServing(MintError::StoreRefuses { .. })) => {}
+            other => panic!("{other:?}"),
+        }
+
+        // A clock before the epoch is not the store's doing.
+        core.push(ask(Ask::One, Duration::from_secs(1), &log));
+        core.pass(reading(EPOCH - 10, 700), &held);
+        assert!(matches!(log.0.borrow()[1], Err(MintError::BeforeEpoch { .. })));
+
+        // The alarm is gone, the reservation not yet extended: the plain refusal.
+        core.set_store_trouble(None);
+        core.push(ask(Ask::One, Duration::from_millis(810), &log));
+        core.pass(reading(EPOCH + 3_000, 800), &held);
+        assert!(matches!(log.0.borrow()[2], Err(MintError::ReservationBehind { .. })), "{:?}", log.0.borrow()[2]);
+    }
+
+    /// Callers refused at the fence make readiness say so even while others still wait for
+    /// the reservation write: under steady load the queue is never empty, and readiness (the
+    /// health service, `snowmint_minting`, `/readyz`) stayed "serving" while every call was
+    /// refused.
+    #[test]
+    fn a_refusal_at_the_fence_is_reported_while_others_still_wait() {
+        let log = Log::default();
+        let mut core = core();
+        let held = holding(1, 7, None, EPOCH + 1_000, 60_000);
+        core.push(ask(Ask::One, Duration::from_secs(1), &log));
+        core.pass(reading(EPOCH + 500, 0), &held);
+        assert_eq!(core.poll_readiness(), Some(Readiness::Serving));
+        // Past the reservation: one caller's deadline comes before the write could, the
+        // other's later.
+        core.push(ask(Ask::One, Duration::from_millis(1_510), &log));
+        core.push(ask(Ask::One, Duration::from_secs(3), &log));
+        core.pass(reading(EPOCH + 2_000, 1_500), &held);
+        assert!(matches!(log.0.borrow()[1], Err(MintError::ReservationBehind { .. })), "{:?}", log.0.borrow());
+        assert_eq!(core.queue_length(), 1, "the other caller still waits");
+        match core.poll_readiness() {
+            Some(Readiness::NotServing(MintError::ReservationBehind { worker_id: 7, .. })) => {}
+            other => panic!("readiness {other:?} after a caller was refused at the fence"),
+        }
     }
 
     /// A reply and the connection it was for.

@@ -20,6 +20,11 @@ pub enum MintError {
     LeaseExpired(u32),
     #[error("the reservation for worker {worker_id} ends at {reserved_until} and has not been extended")]
     ReservationBehind { worker_id: u32, reserved_until: String },
+    /// One of the refusals the store causes (no slot held, a lease that may have expired, a
+    /// reservation not extended), while the store says why it refuses (an etcd alarm): what
+    /// that means and how to clear it.
+    #[error("{refusal}; {why}")]
+    StoreRefuses { refusal: Box<MintError>, why: String },
     #[error("the wall clock ({now}) is before the layout's epoch")]
     BeforeEpoch { now: String },
     #[error("the layout ran out at {expiry}")]

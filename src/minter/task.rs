@@ -146,6 +146,9 @@ pub struct MinterLinks {
     pub holding: watch::Receiver<Holding>,
     pub extend_now: Arc<Notify>,
     pub progress: watch::Sender<Progress>,
+    /// Why the store refuses writes, while it says so (an etcd alarm, explained): given with
+    /// the refusals it causes.
+    pub store_trouble: watch::Receiver<Option<String>>,
 }
 
 /// Starts the minter task. It ends when every [`MintHandle`] is dropped and the requests
@@ -161,7 +164,8 @@ pub fn spawn(
     stop: CancellationToken,
 ) -> Result<(MintHandle, watch::Receiver<Readiness>, tokio::task::JoinHandle<Minted>), LayoutError> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    let core = MinterCore::new(config.clone(), metrics)?;
+    let mut core = MinterCore::new(config.clone(), metrics)?;
+    core.set_store_trouble(links.store_trouble.borrow().clone());
     let initial = Readiness::NotServing(MintError::NoWorker("starting".into()));
     let (readiness_tx, readiness) = watch::channel(initial);
     let handle = MintHandle {
@@ -214,6 +218,10 @@ impl Minter {
     fn pass(&mut self) -> Next {
         let now = self.reading();
         let holding = self.links.holding.borrow_and_update().clone();
+        if self.links.store_trouble.has_changed().unwrap_or(false) {
+            let why = self.links.store_trouble.borrow_and_update().clone();
+            self.core.set_store_trouble(why);
+        }
         let epoch = holding.grant().map(|g| g.epoch);
         if epoch != self.epoch_seen {
             // The claims change: say how far each slot got before the generator takes the new
@@ -396,6 +404,7 @@ mod tests {
             holding: watch::channel(holding).1,
             extend_now: Arc::new(Notify::new()),
             progress: watch::channel(Progress::default()).0,
+            store_trouble: watch::channel(None).1,
         };
         let config = MinterConfig {
             layout: Layout::default_snowmint(),

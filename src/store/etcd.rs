@@ -34,6 +34,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOpt
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::alarm::{Alarm, AlarmWatch};
 use super::{
     Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored,
     Version, Write,
@@ -67,6 +68,9 @@ pub struct EtcdConfig {
     pub user: Option<(String, String)>,
     /// How long the start may take to reach etcd before giving up.
     pub start_timeout: Duration,
+    /// How often the fleet compacts etcd's history ([`crate::upkeep`]); `None`: never (the
+    /// operator compacts).
+    pub compaction_interval: Option<Duration>,
 }
 
 impl std::fmt::Debug for EtcdConfig {
@@ -78,6 +82,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("lease_ttl", &self.lease_ttl)
             .field("preferred_worker_id", &self.preferred_worker_id)
             .field("slots", &self.slots)
+            .field("compaction_interval", &self.compaction_interval)
             .field("user", &self.user.as_ref().map(|(user, _)| user))
             .finish_non_exhaustive()
     }
@@ -143,6 +148,8 @@ pub(crate) struct Endpoints {
     clients: Vec<(String, Client)>,
     current: usize,
     call_timeout: Duration,
+    /// Where the alarms that failed calls name are reported, if anywhere.
+    alarms: Option<AlarmWatch>,
 }
 
 impl Endpoints {
@@ -165,7 +172,19 @@ impl Endpoints {
                 .map_err(|e| StoreError::Etcd(format!("cannot set up the etcd client for {endpoint}: {e}")))?;
             clients.push((endpoint.clone(), client));
         }
-        Ok(Endpoints { clients, current: 0, call_timeout })
+        Ok(Endpoints { clients, current: 0, call_timeout, alarms: None })
+    }
+
+    /// From now on, a failed call that names an etcd alarm raises it in `alarms`.
+    pub(crate) fn report_alarms(&mut self, alarms: AlarmWatch) {
+        self.alarms = Some(alarms);
+    }
+
+    /// etcd applied a write of ours: no alarm stops writes now.
+    pub(crate) fn write_applied(&self) {
+        if let Some(alarms) = &self.alarms {
+            alarms.saw_write();
+        }
     }
 
     /// One attempt on the current endpoint; on failure the next call goes to the next one.
@@ -180,6 +199,9 @@ impl Endpoints {
             Ok(Err(e)) => format!("etcd {what} at {endpoint}: {e}"),
             Err(_) => format!("etcd {what} at {endpoint}: no answer within {:?}", self.call_timeout),
         };
+        if let Some(alarms) = &self.alarms {
+            alarms.saw_error(&error);
+        }
         self.current = (self.current + 1) % self.clients.len();
         Err(error)
     }
@@ -281,6 +303,13 @@ impl EtcdStore {
         Ok(store)
     }
 
+    /// Reports the etcd alarms its calls meet (and clears them when a write applies) to
+    /// `alarms`.
+    pub fn report_alarms(mut self, alarms: AlarmWatch) -> EtcdStore {
+        self.etcd.report_alarms(alarms);
+        self
+    }
+
     fn key(&self, kind: &str, id: u32) -> String {
         key(&self.prefix, kind, id)
     }
@@ -308,7 +337,14 @@ impl EtcdStore {
             match self.etcd.attempt("record layout", |mut c| async move { c.txn(txn).await }).await {
                 Ok(response) => break response,
                 Err(error) if Instant::now() >= until => {
-                    return Err(StoreError::Etcd(format!("cannot reach etcd: {error}")));
+                    return Err(StoreError::Etcd(match Alarm::in_error(&error) {
+                        // Reached, and refused: the layout check is a transaction that may
+                        // write, which etcd refuses under NOSPACE.
+                        Some(alarm) => {
+                            format!("etcd refuses to start an instance: {}; last error: {error}", alarm.explain())
+                        }
+                        None => format!("cannot reach etcd: {error}"),
+                    }));
                 }
                 Err(error) => tracing::debug!(%error, "etcd not reachable yet; retrying"),
             }
@@ -552,6 +588,7 @@ impl EtcdStore {
         let response = self.etcd.attempt("write reservations", |mut c| async move { c.txn(txn).await }).await?;
         self.saw(response.header());
         if response.succeeded() {
+            self.etcd.write_applied();
             let revision = response.header().map_or(0, |h| h.revision());
             return Ok(Reply::Written(writes.iter().map(|w| (w.slot, Version::At(revision))).collect()));
         }
@@ -807,7 +844,13 @@ impl Store for EtcdStore {
                 }
             }
         };
-        let reply = result.unwrap_or_else(|error| Reply::Failed { error, outcome: Outcome::Unknown });
+        let reply = result.unwrap_or_else(|error| {
+            // etcd refuses a request under an alarm before applying anything (NOSPACE: the
+            // quota check, or the capped applier): certainly not applied, so a write keeps its
+            // version and its retry needs no read first.
+            let outcome = if Alarm::in_error(&error).is_some() { Outcome::NotApplied } else { Outcome::Unknown };
+            Reply::Failed { error, outcome }
+        });
         match self.went_back.take() {
             Some(detail) => Reply::WentBack { detail, reply: Box::new(reply) },
             None => reply,

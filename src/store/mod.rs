@@ -9,6 +9,7 @@
 //! Two stores exist: [`file`] (a static worker ID and a local state file) and [`etcd`] (slots
 //! leased from an etcd cluster). A third (a Kubernetes Lease, Consul) needs only this trait.
 
+pub mod alarm;
 pub mod etcd;
 pub mod file;
 

@@ -18,7 +18,8 @@
 //!
 //! etcd's own count ([`EtcdLoad`]) is read from every member's `/metrics`: gRPC requests by
 //! method (keep-alives as messages on their stream) and the raft proposals committed (the
-//! writes).
+//! writes). Its database ([`EtcdDb`]) from every member's status: the revision, the file's
+//! size and the part of it in use.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +30,10 @@ use snowmint::clock::{Clock, SystemClock};
 use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
 use snowmint::layout::Layout;
 use snowmint::metrics::Metrics;
+use snowmint::store::alarm::AlarmWatch;
 use snowmint::store::etcd::{EtcdConfig, EtcdStore};
 use snowmint::store::{Reply, Request, Store};
+use tokio_util::sync::CancellationToken;
 
 use super::etcd::EtcdCluster;
 use super::{Process, next_id_eventually, try_http_get};
@@ -225,6 +228,7 @@ pub fn etcd_config(endpoints: &str, prefix: &str, ttl: Duration, preferred: Opti
         tls: None,
         user: None,
         start_timeout: Duration::from_secs(60),
+        compaction_interval: None,
     }
 }
 
@@ -385,4 +389,71 @@ pub async fn steady_load(cluster: &EtcdCluster, window: Duration) -> EtcdLoad {
         keep_alives: delta.keep_alives / secs,
         proposals: delta.proposals / secs,
     }
+}
+
+/// etcd's database as its members report it in their status: the largest figure of any
+/// member (a member behind the others reports less).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EtcdDb {
+    /// etcd's revision: every write adds one.
+    pub revision: i64,
+    /// The database file's size: what `--quota-backend-bytes` is checked against.
+    pub size: i64,
+    /// The part of it in use; the rest is free pages, reused after a compaction.
+    pub in_use: i64,
+}
+
+impl EtcdDb {
+    pub async fn read(cluster: &EtcdCluster) -> EtcdDb {
+        let mut db = EtcdDb::default();
+        for member in &cluster.members {
+            let Some(mut client) = member_client(&member.client_url).await else { continue };
+            let Ok(status) = client.status().await else { continue };
+            db.revision = db.revision.max(status.header().map_or(0, |h| h.revision()));
+            db.size = db.size.max(status.db_size());
+            db.in_use = db.in_use.max(status.raft_used_db_size());
+        }
+        db
+    }
+}
+
+/// A client of one member, if it answers.
+async fn member_client(url: &str) -> Option<etcd_client::Client> {
+    let options = etcd_client::ConnectOptions::new()
+        .with_timeout(Duration::from_secs(5))
+        .with_connect_timeout(Duration::from_secs(2));
+    etcd_client::Client::connect([url], Some(options)).await.ok()
+}
+
+/// Defragments every member, one after the other: the database files shrink to what is in use.
+pub async fn defragment(cluster: &EtcdCluster) {
+    for member in &cluster.members {
+        if let Some(mut client) = member_client(&member.client_url).await {
+            client.defragment().await.expect("defragment a member");
+        }
+    }
+}
+
+/// The upkeep (compaction every `interval`, and the alarm polls) of `k` instances on
+/// `prefix`, as each `serve` runs its own beside its keeper, each on its own connections;
+/// ended by cancelling the token.
+pub async fn start_upkeeps(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    k: usize,
+    interval: Duration,
+) -> (Vec<tokio::task::JoinHandle<()>>, CancellationToken) {
+    let stop = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for i in 0..k {
+        let mut config = etcd_config(&cluster.endpoints(), prefix, Duration::from_secs(10), None, "upkeep");
+        config.compaction_interval = Some(interval);
+        let metrics = Metrics::new();
+        let alarms = AlarmWatch::new(&metrics);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let seed = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ clock.wall_us() as u64;
+        let task = snowmint::upkeep::spawn(&config, seed, clock, metrics, alarms, stop.clone()).await;
+        tasks.push(task.expect("the upkeep's connections are set up"));
+    }
+    (tasks, stop)
 }

@@ -33,6 +33,8 @@ pub struct EtcdCluster {
     initial_cluster: String,
     /// Client TLS: (CA, server certificate) when clients must speak TLS with certificates.
     tls: Option<(PathBuf, super::tls::CertFiles)>,
+    /// More flags for every member (`--quota-backend-bytes`, ...).
+    args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -48,6 +50,12 @@ impl EtcdCluster {
         EtcdCluster::start_members(n, tls, |_| etcd_binary()).await
     }
 
+    /// Starts `n` members with more etcd flags (`--quota-backend-bytes 4194304`), and waits
+    /// until the cluster answers.
+    pub async fn start_args(n: usize, args: &[&str]) -> EtcdCluster {
+        EtcdCluster::start_all(n, None, |_| etcd_binary(), args).await
+    }
+
     /// Starts `n` members, member `i` from the binary `binary(i)`, and waits until the
     /// cluster answers. Each member belongs to the cluster from the moment it is started, so
     /// a start that fails part-way (a member that cannot be started, a cluster that never
@@ -56,6 +64,15 @@ impl EtcdCluster {
         n: usize,
         tls: Option<(PathBuf, super::tls::CertFiles)>,
         binary: impl Fn(usize) -> String,
+    ) -> EtcdCluster {
+        EtcdCluster::start_all(n, tls, binary, &[]).await
+    }
+
+    async fn start_all(
+        n: usize,
+        tls: Option<(PathBuf, super::tls::CertFiles)>,
+        binary: impl Fn(usize) -> String,
+        args: &[&str],
     ) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -70,7 +87,8 @@ impl EtcdCluster {
             .collect();
         let initial_cluster =
             members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",");
-        let mut cluster = EtcdCluster { members, initial_cluster, tls, _dir: dir };
+        let args = args.iter().map(|a| a.to_string()).collect();
+        let mut cluster = EtcdCluster { members, initial_cluster, tls, args, _dir: dir };
         for i in 0..n {
             let child = cluster.spawn(&cluster.members[i], &binary(i));
             cluster.members[i].child = Some(child);
@@ -102,6 +120,7 @@ impl EtcdCluster {
             // Fast elections, so a lost leader is replaced within about a second.
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--log-level", "error", "--logger", "zap"])
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

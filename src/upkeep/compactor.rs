@@ -1,0 +1,326 @@
+//! Who compacts etcd's history, and to which revision: a state machine with no I/O.
+//!
+//! Every instance runs one. Each round (every compaction interval, the first at a random
+//! point within one) it sends one transaction on the compaction key (`<prefix>/compaction`):
+//!
+//! ```text
+//! if version(<prefix>/compaction) == the version this instance last saw
+//! then put(<prefix>/compaction, the revision it saw one round ago)
+//! else get(<prefix>/compaction)
+//! ```
+//!
+//! The put bumps the key's version, so of all the instances that saw the same version, the
+//! first to send its round wins and the others' compares fail. Only the winner compacts, to
+//! the revision etcd had at its previous round, at least one interval ago: at least one
+//! interval of history is kept. A loser learns the key's version from its get and can win a
+//! later round, so when the compactor dies the next instance to send its round after it
+//! takes over (one to two intervals later), and no instance does anything in between. This
+//! is the scheme of the Kubernetes API server for its own etcd (`compact.go` in
+//! `k8s.io/apiserver/pkg/storage/etcd3`).
+//!
+//! Why this scheme: there is no leader to elect or fail over and nothing bound to a lease
+//! (a compactor that pauses or dies simply stops winning), the compare picks at most one
+//! compactor per version of the key, and since each winner must have seen the version the
+//! previous winner wrote, at a round of its own an interval before, the fleet compacts about
+//! once an interval, however many instances it has. It costs each
+//! instance one transaction per interval (a raft proposal, as every transaction that may
+//! write is) and the fleet one new revision per interval (the winner's put), besides the
+//! compaction itself.
+//!
+//! A round or a compaction that fails is counted and retried at the next round; nothing here
+//! ever touches minting. A compaction to a revision etcd already compacted (by its own
+//! `--auto-compaction-*`, or an operator) is answered "required revision has been
+//! compacted": harmless, counted apart.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// What the compactor asks of etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The round's transaction: `if version(key) == expect_version then put(key, compact_to)
+    /// else get(key)`.
+    Round { expect_version: i64, compact_to: i64 },
+    /// Compacts etcd's history up to `revision`.
+    Compact { revision: i64 },
+}
+
+/// etcd's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The compare held: the put applied. `revision`: etcd's revision after it.
+    Won {
+        revision: i64,
+    },
+    /// The compare failed: the key's version now (0 when it does not exist), the revision its
+    /// last writer compacts to (if it holds one), and etcd's revision.
+    Lost {
+        version: i64,
+        compact_to: Option<i64>,
+        revision: i64,
+    },
+    /// The compaction applied.
+    Compacted,
+    /// The revision had been compacted already.
+    AlreadyCompacted,
+    Failed {
+        error: String,
+    },
+}
+
+/// What happened, for the logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// This instance compacted etcd's history up to `revision`.
+    Compacted { revision: i64 },
+    /// The history up to `revision` was compacted already.
+    AlreadyCompacted { revision: i64 },
+    /// This instance won a round with nothing to compact yet (its first round).
+    WonFirstRound,
+    /// Another instance compacts this round; it set out to compact up to `compact_to`.
+    Lost { compact_to: Option<i64> },
+    /// The round's transaction (`what` = "round") or the compaction failed.
+    Failed { what: &'static str, error: String },
+}
+
+/// Who compacts, and to which revision.
+#[derive(Debug)]
+pub struct Compactor {
+    interval: Duration,
+    /// The compaction key's version as this instance last saw it (0: absent, or not seen).
+    version: i64,
+    /// etcd's revision at this instance's last round that got an answer: what it compacts to
+    /// when it wins the next one.
+    seen_revision: Option<i64>,
+    /// The boot-time instant of the next round.
+    next_round: Duration,
+    /// A compaction this instance won the right to, not yet sent.
+    to_compact: Option<i64>,
+    in_flight: Option<Request>,
+    events: VecDeque<Event>,
+}
+
+impl Compactor {
+    /// A compactor whose rounds come every `interval`, the first at boot-time instant `first`.
+    pub fn new(interval: Duration, first: Duration) -> Compactor {
+        Compactor {
+            interval,
+            version: 0,
+            seen_revision: None,
+            next_round: first,
+            to_compact: None,
+            in_flight: None,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The request to send now, if any (one at a time).
+    pub fn poll_request(&mut self, now: Duration) -> Option<Request> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        let request = if let Some(revision) = self.to_compact.take() {
+            Request::Compact { revision }
+        } else if now >= self.next_round {
+            // The next round comes an interval after this one (as the Kubernetes API server
+            // times its own): a round that came late (a pause, a slow etcd) does not bring the
+            // next one closer.
+            self.next_round = now + self.interval;
+            Request::Round { expect_version: self.version, compact_to: self.seen_revision.unwrap_or(0) }
+        } else {
+            return None;
+        };
+        self.in_flight = Some(request.clone());
+        Some(request)
+    }
+
+    /// The boot-time instant at which the next request is due, if none is in flight.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        match (&self.in_flight, self.to_compact) {
+            (Some(_), _) => None,
+            (None, Some(_)) => Some(Duration::ZERO),
+            (None, None) => Some(self.next_round),
+        }
+    }
+
+    /// etcd's answer to the request in flight.
+    pub fn handle_reply(&mut self, reply: Reply) {
+        let Some(request) = self.in_flight.take() else { return };
+        match (request, reply) {
+            (Request::Round { .. }, Reply::Won { revision }) => {
+                self.version += 1;
+                // The revision seen a round ago (at least one interval of history is kept);
+                // nothing on this instance's first round.
+                match self.seen_revision.replace(revision).filter(|&r| r > 0) {
+                    Some(to) => self.to_compact = Some(to),
+                    None => self.events.push_back(Event::WonFirstRound),
+                }
+            }
+            (Request::Round { .. }, Reply::Lost { version, compact_to, revision }) => {
+                self.version = version;
+                self.seen_revision = Some(revision);
+                self.events.push_back(Event::Lost { compact_to });
+            }
+            (Request::Round { .. }, Reply::Failed { error }) => {
+                // Whether the put applied is unknown: if it did, the key's version moved on and
+                // the next round's compare fails, teaching this instance the version. The
+                // revision it would compact to stays the older one: more history kept.
+                self.events.push_back(Event::Failed { what: "round", error });
+            }
+            (Request::Compact { revision }, Reply::Compacted) => self.events.push_back(Event::Compacted { revision }),
+            (Request::Compact { revision }, Reply::AlreadyCompacted) => {
+                self.events.push_back(Event::AlreadyCompacted { revision })
+            }
+            (Request::Compact { .. }, Reply::Failed { error }) => {
+                self.events.push_back(Event::Failed { what: "compaction", error })
+            }
+            (request, reply) => {
+                let error = format!("unexpected answer {reply:?} to {request:?}");
+                self.events.push_back(Event::Failed { what: "round", error });
+            }
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INTERVAL: Duration = Duration::from_secs(300);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// A model of the compaction key and etcd's revision, as the transaction sees them.
+    #[derive(Default)]
+    struct Key {
+        version: i64,
+        value: Option<i64>,
+        revision: i64,
+        compacted: i64,
+    }
+
+    impl Key {
+        /// Carries out `request` as etcd would.
+        fn answer(&mut self, request: Request) -> Reply {
+            match request {
+                Request::Round { expect_version, compact_to } if expect_version == self.version => {
+                    self.version += 1;
+                    self.value = Some(compact_to);
+                    self.revision += 1;
+                    Reply::Won { revision: self.revision }
+                }
+                Request::Round { .. } => {
+                    Reply::Lost { version: self.version, compact_to: self.value, revision: self.revision }
+                }
+                Request::Compact { revision } if revision <= self.compacted => Reply::AlreadyCompacted,
+                Request::Compact { revision } => {
+                    assert!(revision <= self.revision, "compacted to a future revision");
+                    self.compacted = revision;
+                    Reply::Compacted
+                }
+            }
+        }
+    }
+
+    /// Runs `compactor` at `now` against `key` until it has nothing more to send.
+    fn run(compactor: &mut Compactor, key: &mut Key, now: Duration) -> Vec<Event> {
+        while let Some(request) = compactor.poll_request(now) {
+            let reply = key.answer(request);
+            compactor.handle_reply(reply);
+        }
+        std::iter::from_fn(|| compactor.poll_event()).collect()
+    }
+
+    #[test]
+    fn one_instance_a_round_compacts_to_what_it_saw_a_round_before() {
+        let mut key = Key::default();
+        // Three instances, their rounds at 10 s, 20 s and 30 s past each interval.
+        let mut fleet: Vec<Compactor> = [10, 20, 30].map(|s| Compactor::new(INTERVAL, secs(s))).into();
+        let mut compactions = Vec::new();
+        for round in 0..6u64 {
+            for (i, compactor) in fleet.iter_mut().enumerate() {
+                let now = secs(round * 300 + 10 * (i as u64 + 1));
+                assert_eq!(compactor.poll_timeout(), Some(now));
+                // Between rounds the fleet writes: 100 revisions per instance per round.
+                key.revision += 100;
+                for event in run(compactor, &mut key, now) {
+                    if let Event::Compacted { revision } = event {
+                        compactions.push((round, i, revision));
+                    }
+                }
+            }
+        }
+        // The first instance wins every round (it comes first after its own put), and from its
+        // second round on compacts to the revision it saw a round earlier (each round adds
+        // 301: the fleet's 300 and its own put): nothing newer than an interval is compacted.
+        let expected: Vec<(u64, usize, i64)> = (1..6).map(|round| (round, 0, 101 + (round as i64 - 1) * 301)).collect();
+        assert_eq!(compactions, expected);
+        assert_eq!(key.version, 6, "one put a round");
+    }
+
+    #[test]
+    fn a_dead_compactor_is_replaced_by_the_next_instance_whose_round_comes() {
+        let mut key = Key::default();
+        let mut a = Compactor::new(INTERVAL, secs(10));
+        let mut b = Compactor::new(INTERVAL, secs(20));
+        for round in 0..3 {
+            run(&mut a, &mut key, secs(round * 300 + 10));
+            let events = run(&mut b, &mut key, secs(round * 300 + 20));
+            assert!(events.iter().all(|e| matches!(e, Event::Lost { .. })), "{events:?}");
+        }
+        // `a` dies. `b` lost its last round after `a`'s put, so it knows the key's version and
+        // wins its next round, and compacts to what it saw then.
+        let seen = key.revision;
+        key.revision += 50;
+        let events = run(&mut b, &mut key, secs(3 * 300 + 20));
+        assert_eq!(events, vec![Event::Compacted { revision: seen }]);
+        assert_eq!(key.compacted, seen);
+        // `a` comes back: it lost its place, and learns the version again.
+        let events = run(&mut a, &mut key, secs(4 * 300 + 10));
+        assert!(matches!(events[..], [Event::Lost { compact_to: Some(r) }] if r == seen), "{events:?}");
+    }
+
+    #[test]
+    fn failures_and_compactions_already_done_are_counted_and_never_stop_the_rounds() {
+        let mut key = Key::default();
+        let mut c = Compactor::new(INTERVAL, secs(0));
+        run(&mut c, &mut key, secs(0));
+        // A round that fails: the version and the revision to compact to are kept.
+        let request = c.poll_request(secs(300)).unwrap();
+        assert_eq!(request, Request::Round { expect_version: 1, compact_to: 1 });
+        c.handle_reply(Reply::Failed { error: "no answer".into() });
+        assert_eq!(c.poll_event(), Some(Event::Failed { what: "round", error: "no answer".into() }));
+        assert_eq!(c.poll_timeout(), Some(secs(600)));
+        // etcd compacted further by itself: the compaction is answered "already compacted".
+        key.compacted = 50;
+        key.revision = 60;
+        let events = run(&mut c, &mut key, secs(600));
+        assert_eq!(events, vec![Event::AlreadyCompacted { revision: 1 }]);
+        // A compaction that fails: counted, and the next round goes on.
+        let request = c.poll_request(secs(900)).unwrap();
+        assert!(matches!(request, Request::Round { expect_version: 2, .. }), "{request:?}");
+        let won = key.answer(request);
+        c.handle_reply(won);
+        assert_eq!(c.poll_request(secs(900)), Some(Request::Compact { revision: 61 }));
+        c.handle_reply(Reply::Failed { error: "etcdserver: request timed out".into() });
+        assert!(matches!(c.poll_event(), Some(Event::Failed { what: "compaction", .. })));
+        assert_eq!(c.poll_timeout(), Some(secs(1200)));
+    }
+
+    #[test]
+    fn a_late_round_does_not_bring_the_next_one_closer() {
+        let mut c = Compactor::new(INTERVAL, secs(0));
+        assert!(c.poll_request(secs(0)).is_some());
+        c.handle_reply(Reply::Won { revision: 5 });
+        // The process was paused for an hour: one round now, the next an interval later.
+        assert!(c.poll_request(secs(3_600)).is_some());
+        c.handle_reply(Reply::Lost { version: 3, compact_to: Some(4), revision: 9 });
+        assert_eq!(c.poll_timeout(), Some(secs(3_600 + 300)));
+    }
+}
