@@ -4,7 +4,8 @@
 //! at all.
 //!
 //! `scripts/check-image`, a step of `scripts/check`, builds the image and runs these tests;
-//! a plain `cargo test` has no image to run and ignores them. They run one at a time
+//! a plain `cargo test` has no image to run and ignores them, but checks that the settings
+//! they run the containers with are still the manifests'. They run one at a time
 //! ([`serial`]): each stop is timed against the pods' grace period.
 
 mod common;
@@ -31,14 +32,78 @@ fn layout() -> Layout {
     Layout::default_snowmint()
 }
 
+/// The standalone overlay's command and args: the worker ID is the pod name's ordinal.
+const STANDALONE_COMMAND: [&str; 2] = ["/bin/sh", "-c"];
+const STANDALONE_ARGS: &str = r#"exec /usr/local/bin/snowmint serve --worker-id "${POD_NAME##*-}""#;
+
+/// The base ConfigMap's etcd settings but its endpoints.
+const ETCD_PREFIX: &str = "/snowmint";
+const LEASE_TTL: &str = "10";
+
 /// A pod of the standalone overlay (deploy/overlays/standalone): its ConfigMap's state dir,
-/// and its command, which takes the worker ID from the pod name's ordinal.
+/// and its command.
 fn standalone(pod_name: &str) -> PodSpec {
     PodSpec::new(pod_name)
         .env("SNOWMINT_STATE_DIR", STATE_DIR)
         .env("POD_NAME", pod_name)
-        .command(&["/bin/sh", "-c"])
-        .args(&[r#"exec /usr/local/bin/snowmint serve --worker-id "${POD_NAME##*-}""#])
+        .command(&STANDALONE_COMMAND)
+        .args(&[STANDALONE_ARGS])
+}
+
+/// The settings the containers here are run with are the manifests' own: a change to either
+/// side that the other does not follow fails here (no image needed). The manifests keep one
+/// setting per line, so lines are compared.
+#[test]
+fn the_containers_are_run_with_the_manifests_settings() {
+    use common::podman::{CPUS, MEMORY_MIB, PRE_STOP, TMP_MIB};
+    let read =
+        |path: &str| std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    let lines = |text: &str| text.lines().map(|line| line.trim().to_string()).collect::<Vec<_>>();
+    let quoted =
+        |words: &[&str]| format!("[{}]", words.iter().map(|w| format!("{w:?}")).collect::<Vec<_>>().join(", "));
+    let statefulset = lines(&read("deploy/base/statefulset.yaml"));
+    let limits = statefulset.iter().position(|line| line == "limits:").expect("resource limits");
+    let tmp = statefulset.iter().position(|line| line == "- name: tmp").expect("the tmp volume");
+    for (line, from) in [
+        (format!("terminationGracePeriodSeconds: {}", GRACE.as_secs()), 0),
+        (format!("runAsUser: {APP_ID}"), 0),
+        (format!("runAsGroup: {APP_ID}"), 0),
+        ("type: RuntimeDefault".into(), 0),
+        (r#"args: ["serve"]"#.into(), 0),
+        (format!("command: {}", quoted(&PRE_STOP)), 0),
+        (format!("cpu: \"{CPUS}\""), limits),
+        (format!("memory: {MEMORY_MIB}Mi"), limits),
+        ("allowPrivilegeEscalation: false".into(), 0),
+        ("readOnlyRootFilesystem: true".into(), 0),
+        (r#"drop: ["ALL"]"#.into(), 0),
+        ("mountPath: /tmp".into(), 0),
+        ("medium: Memory".into(), tmp),
+        (format!("sizeLimit: {TMP_MIB}Mi"), tmp),
+    ] {
+        assert!(statefulset[from..].contains(&line), "deploy/base/statefulset.yaml has no {line:?}");
+    }
+    let config = lines(&read("deploy/base/kustomization.yaml"));
+    for line in [
+        "- SNOWMINT_LOG_FORMAT=json".into(),
+        format!("- SNOWMINT_ETCD_PREFIX={ETCD_PREFIX}"),
+        format!("- SNOWMINT_LEASE_TTL={LEASE_TTL}"),
+    ] {
+        assert!(config.contains(&line), "deploy/base/kustomization.yaml has no {line:?}");
+    }
+    let overlay = [
+        read("deploy/overlays/standalone/kustomization.yaml"),
+        read("deploy/overlays/standalone/statefulset-standalone.yaml"),
+    ]
+    .concat();
+    for line in [
+        format!("- SNOWMINT_STATE_DIR={STATE_DIR}"),
+        format!("command: {}", quoted(&STANDALONE_COMMAND)),
+        format!("- {STANDALONE_ARGS}"),
+        format!("mountPath: {STATE_DIR}"),
+    ] {
+        assert!(lines(&overlay).contains(&line), "the standalone overlay has no {line:?}");
+    }
+    assert!(lines(&read("deploy/base/audit-cronjob.yaml")).contains(&r#"args: ["audit"]"#.to_string()));
 }
 
 /// Waits until the gRPC health service reports `service` SERVING, as the readiness probe
@@ -177,8 +242,8 @@ async fn etcd_mode_claims_its_ordinals_slot_mints_and_releases_it_on_sigterm() {
     let base = |pod_name: &str| {
         PodSpec::new(pod_name)
             .env("SNOWMINT_ETCD_ENDPOINTS", &cluster.endpoints())
-            .env("SNOWMINT_ETCD_PREFIX", "/snowmint")
-            .env("SNOWMINT_LEASE_TTL", "10")
+            .env("SNOWMINT_ETCD_PREFIX", ETCD_PREFIX)
+            .env("SNOWMINT_LEASE_TTL", LEASE_TTL)
     };
     let mut pod = base("snowmint-2").args(&["serve"]).start();
     let (grpc, admin) = (pod.process().grpc, pod.process().admin);

@@ -27,6 +27,15 @@ pub const GRACE: Duration = Duration::from_secs(30);
 /// grace.
 pub const PRE_STOP: [&str; 2] = ["sleep", "5"];
 
+/// The pods' memory limit, in MiB.
+pub const MEMORY_MIB: u32 = 256;
+
+/// The pods' CPU limit.
+pub const CPUS: u32 = 1;
+
+/// The size of the pods' memory-backed `/tmp`, in MiB.
+pub const TMP_MIB: u32 = 16;
+
 /// The image under test.
 pub fn image() -> String {
     std::env::var("SNOWMINT_IMAGE").unwrap_or_else(|_| {
@@ -136,9 +145,9 @@ impl PodSpec {
             .args(["run", "--rm", "--name", name, "--network", "host", "--hostname", &self.hostname])
             // readOnlyRootFilesystem, with only the pod's /tmp volume (podman would add its
             // own tmpfs on /run, /tmp and /var/tmp).
-            .args(["--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,size=16m,mode=1777"])
+            .args(["--read-only", "--read-only-tmpfs=false", "--tmpfs", &format!("/tmp:rw,size={TMP_MIB}m,mode=1777")])
             .args(["--cap-drop", "ALL", "--security-opt", "no-new-privileges"])
-            .args(["--memory", "256m", "--cpus", "1"]);
+            .args(["--memory", &format!("{MEMORY_MIB}m"), "--cpus", &CPUS.to_string()]);
         for (key, value) in &self.env {
             command.arg("--env").arg(format!("{key}={value}"));
         }
