@@ -667,7 +667,8 @@ check "hadolint Dockerfile" hadolint Dockerfile
 
 dockerfile_essentials() {
   local missing=()
-  grep -q 'cargo build --release --locked' Dockerfile || missing+=("cargo build --release --locked")
+  grep -qx 'ARG CARGO_PROFILE=release' Dockerfile || missing+=("ARG CARGO_PROFILE=release")
+  grep -q 'cargo build --profile "${CARGO_PROFILE}" --locked' Dockerfile || missing+=("cargo build --profile \"\${CARGO_PROFILE}\" --locked")
   grep -qE '^USER [0-9$]' Dockerfile || missing+=("USER <non-root uid>")
   grep -qE '^EXPOSE 50051 9464$' Dockerfile || missing+=("EXPOSE 50051 9464")
   grep -qE '^ENTRYPOINT \["/usr/local/bin/snowmint"\]$' Dockerfile || missing+=("ENTRYPOINT snowmint")

@@ -100,9 +100,9 @@ impl StateFile {
             let path = path.display().to_string();
             move |source| StoreError::StateIo { path, source }
         };
-        fs::create_dir_all(dir).map_err(io(dir))?;
+        fs::create_dir_all(dir).map_err(|e| unwritable(dir, dir, e))?;
         let lock_path = dir.join(format!("worker-{worker_id}.lock"));
-        let (lock, created) = open_lock(&lock_path).map_err(io(&lock_path))?;
+        let (lock, created) = open_lock(&lock_path).map_err(|e| unwritable(dir, &lock_path, e))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
@@ -251,6 +251,36 @@ impl StateFile {
     fn mark_used(&self) -> std::io::Result<()> {
         mark(&self._lock, USED).map(|_| ())
     }
+}
+
+/// The error of the first write into the state dir `dir` (at `path`): a dir this process may
+/// not write says who this process is and who owns the dir, one on a read-only file system
+/// (a container whose state volume is not mounted) says to mount one; any other error is
+/// given as it is.
+fn unwritable(dir: &Path, path: &Path, source: std::io::Error) -> StoreError {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let why = match source.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem => {
+            "it is on a read-only file system: mount a writable volume there".into()
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            // SAFETY: getuid and getgid always succeed and touch no memory.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            // The dir, or the nearest of its parents that exists, when it could not be made.
+            let owner = dir.ancestors().find_map(|p| fs::metadata(p).ok().map(|m| (p, m))).map(|(p, m)| {
+                let which =
+                    if p == dir { "the dir".to_string() } else { format!("{}, where it would be made,", p.display()) };
+                format!("{which} is owned by uid {}, gid {}, mode {:o}", m.uid(), m.gid(), m.mode() & 0o7777)
+            });
+            format!(
+                "this process runs as uid {uid}, gid {gid}{}: make it writable by this user (on Kubernetes, with the pod's fsGroup)",
+                owner.map(|o| format!(", and {o}")).unwrap_or_default()
+            )
+        }
+        _ => return StoreError::StateIo { path: path.display().to_string(), source },
+    };
+    StoreError::StateDirUnwritable { dir: dir.display().to_string(), why, source }
 }
 
 /// Opens the lock file, creating it if missing; whether it was created.
@@ -535,6 +565,38 @@ mod tests {
         fs::write(dir.path().join("worker-3.json"), json.to_string()).unwrap();
         let (_file, saved) = StateFile::open(dir.path(), 3, false).unwrap();
         assert_eq!(saved.unwrap().revision, 0);
+    }
+
+    #[test]
+    fn a_state_dir_that_refuses_the_first_write_says_why_in_one_line() {
+        use std::io::ErrorKind;
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("worker-0.lock");
+        // SAFETY: as in `unwritable`.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let owner = fs::metadata(dir.path()).unwrap();
+
+        let line = unwritable(dir.path(), &lock, ErrorKind::PermissionDenied.into()).to_string();
+        for needed in [
+            format!("state dir {} cannot be written", dir.path().display()),
+            format!("this process runs as uid {uid}, gid {gid}"),
+            format!("the dir is owned by uid {}, gid {}, mode {:o}", owner.uid(), owner.gid(), owner.mode() & 0o7777),
+            "fsGroup".into(),
+        ] {
+            assert!(line.contains(&needed), "no {needed:?} in: {line}");
+        }
+        // A dir that could not be made: the parent it would be made in.
+        let missing = dir.path().join("a/b");
+        let line = unwritable(&missing, &missing, ErrorKind::PermissionDenied.into()).to_string();
+        let needed = format!("{}, where it would be made, is owned by uid {}", dir.path().display(), owner.uid());
+        assert!(line.contains(&needed), "no {needed:?} in: {line}");
+
+        let line = unwritable(dir.path(), &lock, ErrorKind::ReadOnlyFilesystem.into()).to_string();
+        assert!(line.contains("on a read-only file system: mount a writable volume there"), "{line}");
+        // Any other error, as it is.
+        let err = unwritable(dir.path(), &lock, ErrorKind::StorageFull.into());
+        assert!(matches!(err, StoreError::StateIo { ref path, .. } if path.ends_with("worker-0.lock")), "{err}");
     }
 
     #[test]

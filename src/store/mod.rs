@@ -256,6 +256,10 @@ impl Reply {
 pub enum StoreError {
     #[error("state file {path}: {source}")]
     StateIo { path: String, source: std::io::Error },
+    /// The state dir refused this process's first write: what to change is outside snowmint
+    /// (the volume's owner, a volume not mounted), so the line says what.
+    #[error("state dir {dir} cannot be written: {why} ({source})")]
+    StateDirUnwritable { dir: String, why: String, source: std::io::Error },
     #[error(
         "state file {path} is corrupt ({reason}); it is never reset automatically: inspect it, and remove it only if no other instance used worker {worker_id} with a clock ahead of this one"
     )]

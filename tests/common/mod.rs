@@ -12,6 +12,7 @@ pub mod claims;
 pub mod etcd;
 pub mod fleet;
 pub mod netns;
+pub mod podman;
 pub mod tls;
 
 use std::io::{BufRead, BufReader};
