@@ -9,7 +9,8 @@
 //! transaction of more than 128 operations is refused whole: a read of more than
 //! [`MAX_READS`] slots or a write of more than [`MAX_WRITES`], as the store builds them.
 //!
-//! Beyond the stores' calls, the operator's: a reservation key deleted by hand, and the
+//! etcd's NOSPACE alarm refuses every request that may write, and nothing else. Beyond the
+//! stores' calls, the operator's: a reservation key deleted by hand, and the
 //! whole state restored from a snapshot taken earlier (`etcdctl snapshot restore`): keys,
 //! revision and leases as they were then, every lease given its full TTL again (as etcd does
 //! when a leader takes office). A slot's history is modelled as one key per slot, written
@@ -89,6 +90,10 @@ pub struct EtcdModel {
     next_lease: i64,
     /// Snapshots taken (when, state), the oldest first.
     snapshots: Vec<(Us, Snapshot)>,
+    /// etcd's NOSPACE alarm is raised until then: every request that may write (a claim, a
+    /// reservation write, the fence, a lease grant) is refused before anything is applied;
+    /// reads, keep-alives and deletes go on, as etcd 3.4 does.
+    pub nospace_until: Us,
     /// Every change, for reads served by a member that is behind.
     history: Vec<(Us, Key, Option<Kv>)>,
     /// Per slot, the writer's wall clock published with its latest reservation write.
@@ -280,6 +285,17 @@ impl EtcdModel {
         };
         if too_many {
             let error = "etcdserver: too many operations in txn request".into();
+            return Reply::Failed { error, outcome: Outcome::NotApplied };
+        }
+        let writes = matches!(
+            request,
+            Request::OpenSession { .. }
+                | Request::Claim { .. }
+                | Request::WriteReservations { .. }
+                | Request::SetFence { .. }
+        );
+        if writes && now < self.nospace_until {
+            let error = "etcdserver: mvcc: database space exceeded".into();
             return Reply::Failed { error, outcome: Outcome::NotApplied };
         }
         match request {

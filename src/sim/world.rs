@@ -89,9 +89,10 @@ pub struct Params {
     /// are granted and lost with nothing minted under them, and reservations stop being
     /// extended for want of minting.
     pub bursty: bool,
-    /// etcd is restored from a snapshot now and then (etcd schedules only); the schedule
-    /// runs long enough after the faults for a fenced claim to wait its fence out.
-    pub restores: bool,
+    /// etcd loses state now and then (etcd schedules only): restored from a snapshot, or a
+    /// reservation key deleted by hand. The schedule runs long enough after the faults for a
+    /// fenced claim to wait its fence out.
+    pub lost_state: bool,
     /// How far past "now" a fence reaches: TTL, drift bound and window, and the clocks'
     /// spread, which the fleet's check does not bound here (its bound is an hour or none):
     /// the machines' skew and the clock faults' steps of up to 3 s each.
@@ -146,13 +147,13 @@ impl Params {
             0
         };
         let bursty = rng.chance(0.35);
-        let restores = mode == Mode::Etcd && rng.chance(0.3);
+        let lost_state = mode == Mode::Etcd && rng.chance(0.3);
         let spread_ms = 2 * skew_us / 1_000 + 10_000;
         let fence_window_ms = crate::keeper::fence_window_ms(ttl, max_clock_drift, window_ms, Some(spread_ms));
         // Two clocks apart by twice the skew: a holder behind waits that much more; after a
         // restore, a fenced claim waits its fence out.
         let recovery_bound =
-            recovery_bound + 2 * skew_us as u64 + if restores { fence_window_ms as u64 * MS } else { 0 };
+            recovery_bound + 2 * skew_us as u64 + if lost_state { fence_window_ms as u64 * MS } else { 0 };
         Params {
             mode,
             machines,
@@ -172,7 +173,7 @@ impl Params {
             ask_every: rng.between(5, 30) * MS,
             skew_us,
             bursty,
-            restores,
+            lost_state,
             fence_window_ms,
         }
     }
@@ -209,6 +210,9 @@ pub enum Fault {
     /// etcd is stopped, restored from a snapshot taken a few seconds earlier, fenced by the
     /// operator (`snowmint fence`, before clients can reach it) and started again.
     EtcdRestored,
+    /// etcd's database is full: its NOSPACE alarm refuses every write for a while, until the
+    /// operator compacts, defragments and disarms it.
+    EtcdNoSpace,
     DiskFull,
     DiskUnknown,
     /// A state-file write stalls past the call timeout, and finishes later.
@@ -236,6 +240,7 @@ impl Fault {
             Fault::KeyDeletedByHand => "worker key deleted by hand",
             Fault::ReservationDeletedByHand => "reservation key deleted by hand",
             Fault::EtcdRestored => "etcd restored from a snapshot",
+            Fault::EtcdNoSpace => "etcd out of space (NOSPACE)",
             Fault::DiskFull => "disk write fails",
             Fault::DiskUnknown => "disk write of unknown outcome",
             Fault::DiskStall => "disk write stalls past the timeout",
@@ -1382,10 +1387,10 @@ impl World {
                 Fault::ReplyLoss,
                 Fault::Duplicates,
                 Fault::KeyDeletedByHand,
-                Fault::ReservationDeletedByHand,
+                Fault::EtcdNoSpace,
             ]);
-            if self.params.restores {
-                kinds.push(Fault::EtcdRestored);
+            if self.params.lost_state {
+                kinds.extend([Fault::ReservationDeletedByHand, Fault::EtcdRestored]);
             }
         } else {
             kinds.extend([Fault::DiskFull, Fault::DiskUnknown, Fault::DiskStall, Fault::CorruptFile]);
@@ -1478,6 +1483,10 @@ impl World {
                 }
             }
             Fault::EtcdRestored => self.restore_etcd(),
+            Fault::EtcdNoSpace => {
+                let d = self.rng.between(100 * MS, ttl_us * 2).min(self.params.fault_until - self.now);
+                self.etcd.nospace_until = self.etcd.nospace_until.max(self.now + d);
+            }
             Fault::DiskFull => self.machines[m].next_disk_fault = DiskFault::FailedBefore,
             Fault::DiskUnknown => {
                 let landed = self.rng.chance(0.5);
