@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use snowmint_client::layout::{FieldOrder, Layout};
 use snowmint_client::{BufferConfig, Client, ClientError, OpaqueId};
 use tokio::io::AsyncBufReadExt;
 
@@ -208,14 +209,33 @@ fn new_client(clients: &Clients, request: &Value) -> Result<(), Value> {
     Ok(())
 }
 
-fn decode(_request: &Value) -> Result<Value, Value> {
-    Err(other("the Rust client has no local decode"))
+fn decode(request: &Value) -> Result<Value, Value> {
+    let spec = &request["layout"];
+    let bits = |key: &str| spec[key].as_u64().unwrap_or_default() as u32;
+    let layout = Layout {
+        name: "test".into(),
+        epoch_ms: spec["epoch_ms"].as_i64().unwrap_or_default(),
+        tick_ms: spec["tick_ms"].as_u64().unwrap_or_default(),
+        time_bits: bits("time_bits"),
+        worker_bits: bits("worker_bits"),
+        sequence_bits: bits("sequence_bits"),
+        order: if spec["order"] == "sequence_worker" { FieldOrder::SequenceWorker } else { FieldOrder::WorkerSequence },
+    };
+    let id: u64 = request["value"].as_str().and_then(|v| v.parse().ok()).ok_or_else(|| other("not a u64"))?;
+    let invalid =
+        |e: snowmint_client::layout::DecodeError| json!({ "kind": "invalid", "code": null, "message": e.to_string() });
+    let d = layout.decode(id).map_err(invalid)?;
+    Ok(json!({
+        "unix_ms": d.unix_ms.to_string(),
+        "tick": d.tick.to_string(),
+        "worker_id": d.worker_id,
+        "sequence": d.sequence,
+        "time": d.rfc3339(),
+    }))
 }
 
 fn opaque(request: &Value) -> Result<Value, Value> {
-    let refused = |e: snowmint_client::OpaqueIdError| {
-        json!({ "kind": "opaque", "opaque_kind": format!("{:?}", e.kind()).to_lowercase(), "code": null, "message": e.to_string() })
-    };
+    let refused = |e: snowmint_client::OpaqueIdError| json!({ "kind": "opaque", "opaque_kind": format!("{:?}", e.kind()).to_lowercase(), "code": null, "message": e.to_string() });
     if request["op"] == "opaque_format" {
         let version = request["key_version"].as_u64().unwrap_or(u64::MAX);
         let value: u64 = request["value"].as_str().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);

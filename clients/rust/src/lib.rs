@@ -12,6 +12,7 @@
 //! - [`buffer`]: the prefetch buffer and its refill tasks.
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
 //! - [`opaque`]: the string form of opaque IDs, read and written with no key.
+//! - [`layout`]: decoding IDs locally, with no server.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), snowmint_client::ClientError> {
@@ -29,10 +30,12 @@ pub mod client;
 mod coalesce;
 mod endpoints;
 pub mod error;
+pub mod layout;
 pub mod opaque;
 pub mod proto;
 
 pub use buffer::BufferConfig;
 pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
+pub use layout::{Decoded, Layout};
 pub use opaque::{OpaqueId, OpaqueIdError};
