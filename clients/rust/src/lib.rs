@@ -9,6 +9,7 @@
 //! - [`client`]: the [`Client`] handle and its builder.
 //! - `endpoints`: which server is current, and when a call moves to the next one.
 //! - `coalesce`: unbuffered `next_id()` callers folded into one `BatchIds`.
+//! - `closer`: the closed state every call and background task watches.
 //! - [`buffer`]: the prefetch buffer and its refill tasks.
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
 //! - [`opaque`]: the string form of opaque IDs, read and written with no key.
@@ -27,6 +28,7 @@
 
 pub mod buffer;
 pub mod client;
+mod closer;
 mod coalesce;
 mod endpoints;
 pub mod error;
