@@ -132,15 +132,16 @@ def retries(run: Run) -> None:
     )
 
     second = run.server(4, refusing=True)
-    both = run.client([refusing.grpc_addr, second.grpc_addr], attempts=4)
+    both = run.client([refusing.grpc_addr, second.grpc_addr], attempts=6)
     run.driver.call("next_id", client=both)
     before_a, before_b = refusing.requests("NextId"), second.requests("NextId")
     reply = run.driver.call("next_id", client=both)
-    run.expect_error(reply, "unavailable", "UNAVAILABLE", "4 attempts over 2 refusing servers")
-    # A, B, a pause of 10 ms, A, a pause of 20 ms, B.
-    run.expect_time(reply, 30, 30 + SLACK_MS, "4 attempts over 2 refusing servers")
+    run.expect_error(reply, "unavailable", "UNAVAILABLE", "6 attempts over 2 refusing servers")
+    # A, B, 10 ms, A, 20 ms, B, 40 ms, A, 80 ms, B: 150 ms of pauses (300 if they doubled
+    # from the first attempt rather than from the first round).
+    run.expect_time(reply, 150, 290, "6 attempts over 2 refusing servers")
     counts = (refusing.requests("NextId") - before_a, second.requests("NextId") - before_b)
-    run.expect(counts == (2, 2), f"4 attempts over 2 servers reached them {counts} times")
+    run.expect(counts == (3, 3), f"6 attempts over 2 servers reached them {counts} times")
 
     # The caller's deadline ends the call, whatever attempts are left.
     many = run.client([refusing.grpc_addr], attempts=50)

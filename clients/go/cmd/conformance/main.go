@@ -17,9 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	snowmint "github.com/snowmint/snowmint/clients/go"
@@ -228,7 +226,7 @@ func newClient(req request) error {
 		if err != nil {
 			return err
 		}
-		opts = append(opts, snowmint.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(config))))
+		opts = append(opts, snowmint.WithTLS(config))
 	}
 	client, err := snowmint.New(context.Background(), req.Endpoints, opts...)
 	if err != nil {
