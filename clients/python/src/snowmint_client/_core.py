@@ -343,6 +343,9 @@ class BufferState:
         return True
 
     def close(self) -> None:
-        """Drops every batch: nothing more is handed out."""
+        """Drops every batch, emptied, so that a caller still holding the old front finds it
+        empty: nothing more is handed out."""
         self.front = None
+        for batch in self._batches:
+            batch.ids.clear()
         self._batches.clear()
