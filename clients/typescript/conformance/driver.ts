@@ -5,11 +5,13 @@
  *
  *   node dist/conformance/driver.js
  */
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import {
   ClientClosedError,
+  DeadlineExceededError,
   OpaqueIdError,
   RejectedError,
   SnowmintClient,
@@ -41,11 +43,11 @@ function errorOf(error: unknown): Json {
     const code = CODES[error.code] ?? String(error.code);
     let kind = 'other';
     if (error instanceof UnavailableError) {
-      kind = error.code === 4 ? 'deadline-as-unavailable' : 'unavailable';
+      kind = 'unavailable';
+    } else if (error instanceof DeadlineExceededError) {
+      kind = 'deadline';
     } else if (error instanceof RejectedError) {
       kind = 'rejected';
-    } else if (error.code === 4) {
-      kind = 'deadline';
     }
     return { kind, code, message };
   }
@@ -156,7 +158,12 @@ function clientOptions(request: Json): ClientOptions {
     };
   }
   if (request.tls) {
-    throw new Error('the TypeScript client takes no TLS settings');
+    const { ca, cert, key } = request.tls as Record<string, string | undefined>;
+    options.tls = {
+      ...(ca === undefined ? {} : { ca: readFileSync(ca) }),
+      ...(cert === undefined ? {} : { cert: readFileSync(cert) }),
+      ...(key === undefined ? {} : { key: readFileSync(key) }),
+    };
   }
   return options;
 }
