@@ -105,8 +105,8 @@ class Server:
                 os.killpg(self._proc.pid, sig)
 
     def kill(self) -> None:
-        """SIGKILL, as a crash; waits until the process is gone."""
-        self.signal(signal.SIGCONT)
+        """SIGKILL, as a crash (a stopped process too, which never runs again); waits until
+        the process is gone."""
         self.signal(signal.SIGKILL)
         if self._proc is not None:
             self._proc.wait(timeout=10)

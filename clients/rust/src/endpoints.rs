@@ -161,8 +161,9 @@ impl Endpoints {
                 Err(_) => Status::deadline_exceeded(format!("no answer within the attempt's {timeout:?}")),
             };
             let caller_passed = deadline.is_some_and(|deadline| Instant::now() >= deadline);
-            if caller_passed && timed_out(&status) {
-                // The caller's deadline, not the server, ended the attempt: nothing moves.
+            if (caller_passed || timeout < self.timeout) && timed_out(&status) {
+                // The caller's deadline, which cut the attempt short, not the server: nothing
+                // moves.
                 return Err(ClientError::DeadlineExceeded);
             }
             if !fails_over(&status) {

@@ -161,15 +161,18 @@ class Call:
         self._rotation = rotation
         self._deadline = deadline
         self._attempt = 0
+        self._cut = False
 
     def next_attempt(self, now: float) -> tuple[int, float]:
         """The endpoint of the next attempt and its timeout in seconds: the client's timeout,
         or what is left of the call's own deadline when that is sooner."""
         timeout = self._rotation.timeout
+        self._cut = False
         if self._deadline is not None:
             left = self._deadline - now
             if left <= 0:
                 raise DeadlineExceededError("the call's timeout passed")
+            self._cut = left < timeout
             timeout = min(timeout, left)
         return self._rotation.current(), timeout
 
@@ -180,8 +183,8 @@ class Call:
         :class:`UnavailableError` (attempts used up)."""
         code = cast(grpc.Call, error).code()
         deadline_passed = self._deadline is not None and now >= self._deadline
-        if deadline_passed and code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            # The call's deadline, not the server, ended the attempt: nothing moves.
+        if (deadline_passed or self._cut) and code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            # The call's deadline, which cut the attempt short, not the server: nothing moves.
             raise DeadlineExceededError("the call's timeout passed") from error
         # With the call's own deadline still ahead, DEADLINE_EXCEEDED is the attempt's: the
         # server did not answer in time.
