@@ -6,9 +6,13 @@ import com.google.gson.JsonElement;
 import com.google.gson.JsonNull;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import io.grpc.TlsChannelCredentials;
 import java.io.BufferedReader;
+import java.io.File;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -88,8 +92,8 @@ public final class ConformanceDriver {
         } else if (cause instanceof SnowmintRejectedException e) {
             kind = "rejected";
             code = e.status().getCode().name();
-        } else if (cause instanceof SnowmintException e) {
-            kind = e.status().getCode() == io.grpc.Status.Code.DEADLINE_EXCEEDED ? "deadline" : "other";
+        } else if (cause instanceof SnowmintDeadlineExceededException e) {
+            kind = "deadline";
             code = e.status().getCode().name();
         } else if (cause instanceof IllegalStateException e && String.valueOf(e.getMessage()).contains("closed")) {
             kind = "closed";
@@ -229,7 +233,19 @@ public final class ConformanceDriver {
             builder.buffer(config);
         }
         if (request.has("tls")) {
-            throw new UnsupportedOperationException("the Java client takes no TLS settings");
+            JsonObject tls = request.getAsJsonObject("tls");
+            TlsChannelCredentials.Builder credentials = TlsChannelCredentials.newBuilder();
+            try {
+                if (tls.has("ca")) {
+                    credentials.trustManager(new File(tls.get("ca").getAsString()));
+                }
+                if (tls.has("cert")) {
+                    credentials.keyManager(new File(tls.get("cert").getAsString()), new File(tls.get("key").getAsString()));
+                }
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+            builder.credentials(credentials.build());
         }
         return builder.build();
     }
