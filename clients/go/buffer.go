@@ -26,8 +26,8 @@ const retryPause = 100 * time.Millisecond
 //     MaxRefills are in flight, none failed in the last 100 ms, and a caller waits or mark ≥ 1;
 //     it asks for min(Batch, max(rate × MaxAge, mark + 1, callers waiting)) IDs;
 //   - the decision is made when a caller finds the buffer empty, when a pop leaves mark or
-//     fewer buffered and on their way, when a refill ends, and a lead before the oldest batch
-//     goes stale.
+//     fewer buffered and on their way (unless every refill is in flight), when a refill ends,
+//     and a lead before the oldest batch goes stale.
 //
 // Every field is guarded by mu. An ID leaves the buffer under mu, exactly once, so no ID is
 // handed out twice; decide reads no clock (now is an argument), so tests drive it through
@@ -45,7 +45,8 @@ type buffer struct {
 	windowStart time.Time // the rate window: when it began, and taken then
 	windowTaken uint64
 	rate        float64 // IDs per second as of the last decision
-	mark        int     // the last decision's mark: a pop at or below it decides again
+	mark        int     // the last decision's mark
+	countdown   int     // pops before the next decision
 	waiting     int     // callers waiting on an empty buffer
 	limit       uint32  // the most a refill asks for: Batch, halved by each INVALID_ARGUMENT
 	failures    uint64  // refills that failed so far
@@ -123,6 +124,12 @@ func (b *buffer) decideLocked(now time.Time) (refills []uint32, wakeAt time.Time
 		b.refilling++
 		b.asked += n
 		ahead += n
+	}
+	// Pops before the next decision: until the mark is reached; none while every refill is in
+	// flight (the next to end decides).
+	b.countdown = max(1, b.buffered+b.asked-b.mark)
+	if b.refilling >= b.cfg.MaxRefills {
+		b.countdown = math.MaxInt
 	}
 	for _, batch := range b.batches {
 		if at := batch.sent.Add(b.cfg.MaxAge - b.lead); at.After(now) {
@@ -202,7 +209,7 @@ func (c *Client) nextBuffered(ctx context.Context) (uint64, error) {
 	b.mu.Lock()
 	now := time.Now()
 	if id, ok := b.popLocked(now); ok {
-		if b.buffered+b.asked <= b.mark {
+		if b.countdown--; b.countdown <= 0 {
 			c.decideLocked(now)
 		}
 		b.mu.Unlock()

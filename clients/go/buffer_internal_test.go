@@ -54,7 +54,8 @@ func simulate(cfg BufferConfig, perSecond int, length, roundTrip time.Duration) 
 					waiting = false
 				}
 				nextCall = nextCall.Add(time.Second / time.Duration(perSecond))
-				again = again || b.buffered+b.asked <= b.mark
+				b.countdown--
+				again = again || b.countdown <= 0
 			} else if !waiting {
 				waiting = true
 				b.waiting++

@@ -125,9 +125,11 @@ struct State {
     window_taken: u64,
     /// IDs handed out per second, as of the last decision.
     rate: f64,
-    /// `W` of the last decision: a pop that leaves `buffered + asked` at or below it wakes the
-    /// refill task.
+    /// `W` of the last decision.
     mark: usize,
+    /// Pops before the next decision: until `buffered + asked` reaches the mark; none while
+    /// every refill is in flight (the next to end decides).
+    countdown: usize,
     /// Whether the refill task was woken and has not decided since.
     nudged: bool,
     /// Callers waiting on an empty buffer.
@@ -168,6 +170,7 @@ impl State {
             window_taken: 0,
             rate: 0.0,
             mark: 0,
+            countdown: 0,
             nudged: false,
             waiting: 0,
             pops: 0,
@@ -228,6 +231,11 @@ impl State {
             self.asked += n;
             ahead += n;
         }
+        self.countdown = if self.refilling >= self.config.max_refills.max(1) {
+            usize::MAX
+        } else {
+            (self.buffered + self.asked).saturating_sub(self.mark).max(1)
+        };
         let expiry = self.batches.iter().map(|b| b.sent + max_age - lead).find(|at| *at > now);
         let retry = self.retry_at.filter(|at| *at > now && self.waiting > 0);
         Decision { refills, wake_at: expiry.into_iter().chain(retry).min() }
@@ -309,7 +317,10 @@ impl Buffer {
                 pause = true;
             }
         }
-        let wake = !state.nudged && state.buffered + state.asked <= state.mark;
+        if id.is_some() {
+            state.countdown = state.countdown.saturating_sub(1);
+        }
+        let wake = !state.nudged && state.countdown == 0;
         state.nudged |= wake;
         Popped { id, wake, pause }
     }
@@ -477,7 +488,8 @@ mod tests {
                             waiting = false;
                         }
                         next_call += Duration::from_secs(1) / per_second as u32;
-                        decide |= state.buffered + state.asked <= state.mark;
+                        state.countdown = state.countdown.saturating_sub(1);
+                        decide |= state.countdown == 0;
                     }
                     None if !waiting => {
                         waiting = true;

@@ -184,7 +184,9 @@ export class PrefetchBuffer {
         (error) => this.failed(n, error),
       );
     }
-    this.countdown = Math.max(1, this.buffered + this.asked - this.mark);
+    // Pops before the next decision: until the mark is reached; none while every refill is in
+    // flight (the next to end decides).
+    this.countdown = this.refilling >= maxRefills ? Infinity : Math.max(1, this.buffered + this.asked - this.mark);
     let wakeAt: number | undefined;
     for (const batch of this.batches) {
       if (batch.sent + maxAgeMs - this.lead > now) {

@@ -75,7 +75,7 @@ describe('calls', () => {
     await sleep(300);
     assert.equal(await server.metric(OK_BATCH), 1, 'a buffered client fetched IDs before it was used');
     await buffered.nextId();
-    assert.equal(await server.metric(OK_BATCH), 2);
+    assert.ok((await server.metric(OK_BATCH)) >= 2, 'a buffered nextId() sent no BatchIds');
   });
 });
 

@@ -315,7 +315,10 @@ class BufferState:
             self._refilling += 1
             self._asked += n
             ahead += n
-        self.countdown = max(1, self._buffered() + self._asked - self._mark)
+        # Pops before the next decision: until the mark is reached; none while every refill is
+        # in flight (the next to end decides).
+        saturated = self._refilling >= self.config.max_refills
+        self.countdown = 1 << 62 if saturated else max(1, self._buffered() + self._asked - self._mark)
         wake_at = next((b.sent + max_age - lead for b in self._batches if b.sent + max_age - lead > now), None)
         if self.waiting > 0 and self._retry_at > now and (wake_at is None or self._retry_at < wake_at):
             wake_at = self._retry_at
