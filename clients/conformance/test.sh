@@ -16,8 +16,9 @@ if [ -z "${SNOWMINT_BIN:-}" ]; then
   export SNOWMINT_BIN
 fi
 
-echo "== drivers: rust"
-(cd "$root" && cargo build --locked -q -p snowmint-client --features tls --example conformance)
+echo "== drivers: rust (clippy, build)"
+(cd "$root" && cargo clippy --locked -q -p snowmint-client --features tls --all-targets -- -D warnings &&
+  cargo build --locked -q -p snowmint-client --features tls --example conformance)
 echo "== drivers: go"
 (cd ../go && go build -o .bin/conformance ./cmd/conformance)
 echo "== drivers: java"
