@@ -241,17 +241,24 @@ impl State {
         Decision { refills, wake_at: expiry.into_iter().chain(retry).min() }
     }
 
-    /// A refill of `asked` IDs, sent at `sent`, ended with `result`. Whether callers waiting
-    /// on the buffer may look again (IDs came, or the refill failed for good).
-    fn ended(&mut self, asked: u32, sent: Instant, result: Result<Vec<u64>, ClientError>, now: Instant) -> bool {
+    /// A refill of `asked` IDs, sent at `sent`, ended with `result` at `now` (`coarse`: the
+    /// coarse clock then). Whether callers waiting on the buffer may look again (IDs came, or
+    /// the refill failed for good).
+    fn ended(
+        &mut self,
+        asked: u32,
+        sent: Instant,
+        result: Result<Vec<u64>, ClientError>,
+        now: Instant,
+        coarse: Option<Duration>,
+    ) -> bool {
         self.refilling -= 1;
         self.asked -= asked as usize;
         match result {
             Ok(ids) => {
                 self.buffered += ids.len();
                 let at = self.batches.iter().rposition(|b| b.sent <= sent).map_or(0, |i| i + 1);
-                let sent_coarse = coarse_now()
-                    .map(|now_coarse| now_coarse.saturating_sub(Instant::now().saturating_duration_since(sent)));
+                let sent_coarse = coarse.map(|coarse| coarse.saturating_sub(now.saturating_duration_since(sent)));
                 self.batches.insert(at, Fetched { ids: ids.into(), sent, sent_coarse });
                 true
             }
@@ -431,7 +438,8 @@ async fn refill(endpoints: Arc<Endpoints>, buffer: Weak<Buffer>, wake: Arc<Notif
             Some(ended) = fetches.join_next(), if !fetches.is_empty() => {
                 let Ok((asked, sent, result)) = ended else { continue };
                 let Some(strong) = buffer.upgrade() else { return };
-                let look = strong.state.lock().expect("buffer lock").ended(asked, sent, result, Instant::now());
+                let (now, coarse) = (Instant::now(), coarse_now());
+                let look = strong.state.lock().expect("buffer lock").ended(asked, sent, result, now, coarse);
                 if look {
                     strong.filled.notify_waiters();
                 }
@@ -466,7 +474,7 @@ mod tests {
                 }
                 let ids: Vec<u64> = (next_id..next_id + u64::from(asked)).collect();
                 next_id += u64::from(asked);
-                state.ended(asked, sent, Ok(ids), now);
+                state.ended(asked, sent, Ok(ids), now, None);
                 decide = true;
                 false
             });
@@ -540,7 +548,7 @@ mod tests {
         let first = state.decide(start);
         assert_eq!(first.refills, vec![1]);
         state.waiting = 0;
-        state.ended(1, start, Ok(vec![7]), start + Duration::from_millis(1));
+        state.ended(1, start, Ok(vec![7]), start + Duration::from_millis(1), None);
         state.batches.front_mut().unwrap().ids.pop_front();
         state.taken += 1;
         state.buffered -= 1;
@@ -557,7 +565,7 @@ mod tests {
         let mut state = State::new(config, start);
         state.refilling = 1;
         state.asked = 100;
-        state.ended(100, start, Ok((0..100).collect()), start);
+        state.ended(100, start, Ok((0..100).collect()), start, None);
         // 40 IDs a second for 0.9 s: the batch is 0.1 s from stale, with 64 IDs left in it.
         state.taken = 12;
         state.measure(start + Duration::from_millis(300));
@@ -574,7 +582,7 @@ mod tests {
         state.refilling = 1;
         state.asked = 4096;
         let refused = ClientError::Rejected(tonic::Status::invalid_argument("count above --max-batch"));
-        assert!(!state.ended(4096, start, Err(refused), start));
+        assert!(!state.ended(4096, start, Err(refused), start, None));
         assert_eq!((state.cap, state.failures), (2048, 0));
     }
 }
