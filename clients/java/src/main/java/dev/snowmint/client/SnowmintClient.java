@@ -31,9 +31,9 @@ import java.util.concurrent.ExecutionException;
  *       may bound a whole call, all attempts included, with a timeout of its own
  *       ({@code nextId(Duration)} and the like).
  *   <li>With a buffer ({@link Builder#buffer(BufferConfig)}), {@code nextId()} takes IDs
- *       prefetched in the background, refilled at the rate they are used. Without one, concurrent {@code nextId()} calls are
- *       coalesced: the callers waiting while a call is in flight are all served by the next
- *       one, a single {@code BatchIds}.
+ *       prefetched in the background, refilled at the rate they are used. Without one,
+ *       concurrent {@code nextId()} calls are coalesced: the callers waiting while a call is
+ *       in flight are all served by the next one, a single {@code BatchIds}.
  * </ul>
  *
  * <p>IDs are positive {@code long}s: snowmint keeps the sign bit clear.
@@ -71,7 +71,7 @@ public final class SnowmintClient implements AutoCloseable {
      *
      * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
      * @throws SnowmintRejectedException    the server rejected the request
-     * @throws IllegalStateException        the client is closed
+     * @throws IllegalStateException        the client is closed, or was while the call waited
      * @throws CancellationException        the thread was interrupted while waiting (its
      *                                      interrupt flag is set again)
      */
