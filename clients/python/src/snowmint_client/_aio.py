@@ -93,10 +93,16 @@ class AsyncClient:
 
             return await self._call(next_id, timeout)
         # The fast path. No await between the pop and its return: on the event loop's one
-        # thread, an ID is taken exactly once.
+        # thread, an ID is taken exactly once. An ID popped from a batch gone stale is dropped.
         front = state.front
-        if front is not None and front[0] and _monotonic() < front[1]:
-            id = front[0].popleft()
+        if front is not None:
+            ids, stale_at = front
+            try:
+                id = ids.popleft()
+            except IndexError:
+                return await self._next_buffered(state, timeout)
+            if _monotonic() >= stale_at:
+                return await self._next_buffered(state, timeout)
             state.countdown -= 1
             if state.countdown <= 0:
                 self._decide(state, _monotonic())

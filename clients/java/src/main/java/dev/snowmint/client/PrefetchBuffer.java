@@ -95,21 +95,27 @@ final class PrefetchBuffer {
         this.limit = config.batch();
     }
 
-    /** An ID from the buffer at once, or {@link #EMPTY}. */
+    /** An ID from the buffer at once, or {@link #EMPTY}. Kept small: the callers' hot path. */
     long poll() {
-        List<Integer> refills = null;
         long id;
+        boolean due;
         synchronized (this) {
-            long now = System.nanoTime();
-            id = take(now);
-            if (id != EMPTY && --countdown <= 0) {
-                refills = decide(now);
-            }
+            id = take(System.nanoTime());
+            due = id != EMPTY && --countdown <= 0;
         }
-        if (refills != null) {
-            send(refills);
+        if (due) {
+            decideNow();
         }
         return id;
+    }
+
+    /** A decision on the pop path, once the countdown ran out. */
+    private void decideNow() {
+        List<Integer> refills;
+        synchronized (this) {
+            refills = decide(System.nanoTime());
+        }
+        send(refills);
     }
 
     /**
