@@ -226,7 +226,10 @@ fi
 
 if wants python; then
   echo "== python: pip wheel, a fresh venv with the oldest grpcio allowed"
-  quiet python3 -m pip wheel -q --no-deps -w "$work/python/dist" clients/python
+  # Built from a copy of the tracked files (links resolved), so the build leaves nothing in the tree.
+  mkdir -p "$work/python/src"
+  git ls-files -z clients/python | tar --null -T - -chf - | tar -xf - -C "$work/python/src"
+  quiet python3 -m pip wheel -q --no-deps -w "$work/python/dist" "$work/python/src/clients/python"
   wheel=$(ls "$work"/python/dist/snowmint_client-*.whl)
   python3 -m venv "$work/python/venv"
   minimum=$(grep -o '"grpcio>=[0-9.]*"' clients/python/pyproject.toml | tr -d '"' | cut -d'=' -f2)
