@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,37 +36,39 @@ import (
 	pb "github.com/snowmint/snowmint/clients/go/internal/snowmintv1"
 )
 
-// ErrUnavailable is wrapped by the error a call returns when every attempt was refused or
-// failed in transport. It is retriable: the servers may mint again a moment later, and a
-// refusal never means an ID was issued twice. errors.Is(err, ErrUnavailable) tells it apart;
-// the last server's gRPC status is wrapped too (status.Code(err) is codes.Unavailable).
-var ErrUnavailable = errors.New("snowmint: every endpoint refused or failed")
-
-// ErrClosed is returned by calls on a closed Client.
-var ErrClosed = errors.New("snowmint: client closed")
-
 // DefaultTimeout is the deadline of each attempt to one server unless WithTimeout says
 // otherwise.
 const DefaultTimeout = time.Second
 
-// BufferConfig sets the local buffer of prefetched IDs (see WithBuffer).
+// BufferConfig sets the local buffer of prefetched IDs (see WithBuffer). The buffer refills at
+// the rate IDs are used, within these bounds, by the rule of clients/README.md.
 type BufferConfig struct {
-	// Batch is how many IDs one refill asks for.
+	// Batch is the most IDs one refill asks for (one BatchIds call).
 	Batch uint32
-	// LowWater starts a refill when fewer IDs than this are buffered (counting the
-	// refills already under way).
+	// LowWater is the most IDs the buffer keeps ahead of use: buffered, and asked for by
+	// refills under way.
 	LowWater int
 	// MaxRefills is how many refills may be in flight at once, to keep up with heavy use.
 	MaxRefills int
-	// MaxAge drops a buffered batch unused once it is this old, so the IDs handed out stay
-	// close to the time they are used and roughly sorted across clients.
+	// MaxAge drops a buffered batch unused once it is this old, counted from when its refill
+	// was sent, so the IDs handed out stay close to the time they are used and roughly sorted
+	// across clients.
 	MaxAge time.Duration
 }
 
-// DefaultBufferConfig is the buffer the Rust client uses by default: batches of 4,096, a
-// refill below 8,192 IDs, up to 3 refills in flight, batches dropped after 1 s.
+// DefaultBufferConfig is the buffer every client has by default: refills of at most 4,096
+// IDs, at most 8,192 IDs ahead, up to 3 refills in flight, batches dropped after 1 s.
 func DefaultBufferConfig() BufferConfig {
 	return BufferConfig{Batch: 4096, LowWater: 8192, MaxRefills: 3, MaxAge: time.Second}
+}
+
+// reconnect keeps grpc-go from holding a connection that failed in its reconnect backoff
+// (up to 120 s by default, failing every call to it meanwhile) for more than half a second
+// (plus a fifth of jitter): a server that comes back is used again within a second.
+var reconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2,
+		MaxDelay: 500 * time.Millisecond},
+	MinConnectTimeout: 20 * time.Second,
 }
 
 // Option configures New.
@@ -75,6 +78,7 @@ type config struct {
 	timeout     time.Duration
 	attempts    int
 	buffer      *BufferConfig
+	tls         *tls.Config
 	dialOptions []grpc.DialOption
 }
 
@@ -91,9 +95,14 @@ func WithAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 // but their time is when they were fetched, not when they are used (at most MaxAge older).
 func WithBuffer(cfg BufferConfig) Option { return func(c *config) { c.buffer = &cfg } }
 
+// WithTLS sets the TLS of https:// endpoints: RootCAs to verify servers with (the system's
+// roots when nil), Certificates for a server that asks for a client certificate
+// (--tls-client-ca). host:port and http:// endpoints stay plain text.
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
 // WithDialOptions adds gRPC dial options to every connection, after the client's own (plain
-// text for host:port and http:// endpoints, TLS with the system's roots for https://), so
-// they can replace the transport credentials or add interceptors.
+// text for host:port and http:// endpoints, TLS for https://, the reconnect backoff), so they
+// can replace any of those or add interceptors.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
 }
@@ -139,10 +148,11 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	}
 	c := &Client{timeout: cfg.timeout, attempts: cfg.attempts}
 	for _, endpoint := range endpoints {
-		target, creds, err := parseEndpoint(endpoint)
+		target, creds, err := parseEndpoint(endpoint, cfg.tls)
 		if err == nil {
 			var conn *grpc.ClientConn
-			dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.dialOptions...)
+			dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect)},
+				cfg.dialOptions...)
 			if conn, err = grpc.NewClient(target, dial...); err == nil {
 				c.conns = append(c.conns, conn)
 				c.stubs = append(c.stubs, pb.NewIdServiceClient(conn))
@@ -154,12 +164,12 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	}
 	c.background, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.buffer != nil {
-		c.buf = newBuffer(*cfg.buffer)
+		c.buf = newBuffer(*cfg.buffer, time.Now())
 	}
 	return c, nil
 }
 
-func parseEndpoint(endpoint string) (string, credentials.TransportCredentials, error) {
+func parseEndpoint(endpoint string, tlsConfig *tls.Config) (string, credentials.TransportCredentials, error) {
 	scheme, rest, found := strings.Cut(endpoint, "://")
 	if !found {
 		scheme, rest = "http", endpoint
@@ -171,13 +181,18 @@ func parseEndpoint(endpoint string) (string, credentials.TransportCredentials, e
 	case "http":
 		return rest, insecure.NewCredentials(), nil
 	case "https":
-		return rest, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if tlsConfig != nil {
+			cfg = tlsConfig.Clone()
+		}
+		return rest, credentials.NewTLS(cfg), nil
 	}
 	return "", nil, fmt.Errorf("unknown scheme %q (use host:port, http:// or https://)", scheme)
 }
 
 // NextID returns one new ID: from the buffer when the client has one, otherwise from a
-// NextId call.
+// NextId call. A deadline or cancellation of ctx ends the call, failover and waits included,
+// with an error of code DeadlineExceeded (or Canceled) that wraps ctx.Err().
 func (c *Client) NextID(ctx context.Context) (uint64, error) {
 	if c.background.Err() != nil {
 		return 0, ErrClosed
@@ -191,8 +206,8 @@ func (c *Client) NextID(ctx context.Context) (uint64, error) {
 	})
 }
 
-// Batch returns n new IDs, strictly increasing, all from one server in one call; never from
-// the buffer. n must be between 1 and the server's maximum batch (65,536 by default); the
+// Batch returns n new IDs, strictly increasing, all from one server in one BatchIds call
+// (n = 1 too); never from the buffer. n must be between 1 and the server's maximum batch (65,536 by default); the
 // server answers any other n with INVALID_ARGUMENT, returned as it is.
 func (c *Client) Batch(ctx context.Context, n int) ([]uint64, error) {
 	if c.background.Err() != nil {
@@ -213,41 +228,65 @@ func (c *Client) batch(ctx context.Context, n uint32) ([]uint64, error) {
 
 // call makes one request, moving to the next endpoint when a server refuses (UNAVAILABLE),
 // cannot be reached, or does not answer within the attempt's deadline; every other error
-// returns at once, as do the caller's own deadline and cancellation.
+// returns at once. The caller's own deadline and cancellation end the call and move nothing,
+// as does Close.
 func call[T any](ctx context.Context, c *Client, do func(context.Context, pb.IdServiceClient) (T, error)) (T, error) {
 	var zero T
 	var last error
-	n := uint64(len(c.stubs))
+	n := len(c.stubs)
 	for attempt := range c.attempts {
+		if pause := pauseBefore(attempt, n); pause > 0 {
+			timer := time.NewTimer(pause)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return zero, contextError(ctx)
+			case <-c.background.Done():
+				timer.Stop()
+				return zero, ErrClosed
+			}
+		}
+		if ctx.Err() != nil {
+			return zero, contextError(ctx)
+		}
+		if c.background.Err() != nil {
+			return zero, ErrClosed
+		}
 		i := c.current.Load()
 		attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
 		result, err := do(attemptCtx, c.stubs[i])
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			return result, nil
-		}
-		if ctx.Err() != nil || !failsOver(err) {
+		case c.background.Err() != nil:
+			return zero, ErrClosed // Close cut the call: no answer of a server's
+		case ctx.Err() != nil:
+			return zero, contextError(ctx)
+		case !failsOver(err):
 			return zero, err
 		}
 		last = err
 		// Move on from this endpoint, unless another call already did.
-		c.current.CompareAndSwap(i, (i+1)%n)
-		if attempt+1 >= len(c.stubs) && attempt+1 < c.attempts {
-			// Every endpoint tried: back off a little before going round again.
-			backoff := 10 * time.Millisecond << min(attempt, 5)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return zero, status.FromContextError(ctx.Err()).Err()
-			}
-		}
+		c.current.CompareAndSwap(i, (i+1)%uint64(n))
 	}
-	return zero, fmt.Errorf("%w after %d attempts: %w", ErrUnavailable, c.attempts, last)
+	return zero, unavailable(fmt.Sprintf("%d attempts over %d endpoints", c.attempts, n), last)
 }
 
-// failsOver tells whether another endpoint may succeed where this one failed. The caller's
-// own context is still live here, so a DEADLINE_EXCEEDED is the attempt's deadline: the server
-// did not answer in time.
+// pauseBefore is the pause before attempt k (from 0) of a call over n endpoints: none until
+// every endpoint was tried in the call, then 10 ms doubling up to 320 ms.
+func pauseBefore(k, n int) time.Duration {
+	if k < n || k == 0 {
+		return 0
+	}
+	return 10 * time.Millisecond << min(k-n, 5)
+}
+
+// failsOver tells whether another endpoint may succeed where this one failed: a refusal or a
+// transport failure (grpc-go reports both as Unavailable), or no answer within the attempt's
+// deadline. The caller's own context is still live here, so a DEADLINE_EXCEEDED is the
+// attempt's: the server did not answer in time.
 func failsOver(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded:
@@ -256,20 +295,23 @@ func failsOver(err error) bool {
 	return false
 }
 
-// Close stops the buffer's refills and closes the connections. Calls after Close return
-// ErrClosed. It is safe to call more than once.
+// Close ends the client at once: the buffer stops refilling, every call waiting on the
+// client (on an empty buffer, or in an attempt on a server) returns ErrClosed, the
+// connections close, and every later call returns ErrClosed. Buffered IDs are dropped, never
+// handed out. It does not wait for a server, and calling it again does nothing.
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		if c.buf != nil {
 			c.buf.mu.Lock()
 			c.stop()
+			c.buf.stopTimerLocked()
 			c.buf.mu.Unlock()
 		} else {
 			c.stop()
 		}
-		c.refills.Wait()
 		err = c.closeConns()
+		c.refills.Wait()
 	})
 	return err
 }

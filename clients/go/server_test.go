@@ -49,13 +49,14 @@ func binary(t *testing.T) string {
 
 // startServer runs `snowmint serve` as worker workerID with its state in stateDir (a fresh
 // temp dir when empty) and waits until it logs its listening addresses.
-func startServer(t *testing.T, workerID int, stateDir string) *server {
+func startServer(t *testing.T, workerID int, stateDir string, extra ...string) *server {
 	t.Helper()
 	if stateDir == "" {
 		stateDir = t.TempDir()
 	}
-	cmd := exec.Command(binary(t), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--log-format", "json", "--state-dir", stateDir, "--worker-id", strconv.Itoa(workerID))
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--log-format", "json", "--state-dir", stateDir, "--worker-id", strconv.Itoa(workerID)}, extra...)
+	cmd := exec.Command(binary(t), args...)
 	// Its own process group, so teardown kills anything it starts; and killed with us should
 	// the test binary die first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -122,8 +123,8 @@ func (s *server) kill() {
 	}
 }
 
-// requests sums the server's snowmint_requests_total series for method, over every code.
-func (s *server) requests(t *testing.T, method string) int {
+// metrics is the server's /metrics text.
+func (s *server) metrics(t *testing.T) string {
 	t.Helper()
 	resp, err := http.Get("http://" + s.admin + "/metrics")
 	if err != nil {
@@ -134,8 +135,30 @@ func (s *server) requests(t *testing.T, method string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(body)
+}
+
+// issued is the server's snowmint_ids_issued_total: the IDs it handed out.
+func (s *server) issued(t *testing.T) int {
+	t.Helper()
+	for _, line := range strings.Split(s.metrics(t), "\n") {
+		if value, ok := strings.CutPrefix(line, "snowmint_ids_issued_total "); ok {
+			n, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatal("no snowmint_ids_issued_total")
+	return 0
+}
+
+// requests sums the server's snowmint_requests_total series for method, over every code.
+func (s *server) requests(t *testing.T, method string) int {
+	t.Helper()
 	total := 0
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(s.metrics(t), "\n") {
 		if strings.HasPrefix(line, "snowmint_requests_total{") && strings.Contains(line, fmt.Sprintf("method=%q", method)) {
 			n, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			if err != nil {

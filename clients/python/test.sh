@@ -14,25 +14,11 @@ if [ -z "${SNOWMINT_BIN:-}" ]; then
   export SNOWMINT_BIN
 fi
 
-python=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  echo "== $python -m venv .venv"
-  "$python" -m venv .venv
-fi
-.venv/bin/python -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 or later needed"'
-stamp=.venv/.installed-pyproject
-if ! cmp -s pyproject.toml "$stamp"; then
-  echo "== pip install -e .[dev]"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
-  cp pyproject.toml "$stamp"
-fi
+./venv.sh
 
 echo "== ruff, mypy"
 .venv/bin/ruff format --check -q .
 .venv/bin/ruff check -q .
 .venv/bin/mypy
-echo "== generated code is current"
-.venv/bin/python gen.py --check
 echo "== pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider

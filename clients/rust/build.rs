@@ -4,7 +4,7 @@
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = Path::new("../../proto");
+    let root = Path::new("proto");
     println!("cargo:rerun-if-changed={}", root.display());
     println!("cargo:rerun-if-changed=build.rs");
     let mut config = tonic_prost_build::Config::new();

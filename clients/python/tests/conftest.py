@@ -37,7 +37,7 @@ def _die_with_parent() -> None:
 class Server:
     """One running `snowmint serve`."""
 
-    def __init__(self, binary: str, worker_id: int, state_dir: Path) -> None:
+    def __init__(self, binary: str, worker_id: int, state_dir: Path, extra: tuple[str, ...] = ()) -> None:
         self.proc = subprocess.Popen(
             [
                 binary,
@@ -52,6 +52,7 @@ class Server:
                 str(state_dir),
                 "--worker-id",
                 str(worker_id),
+                *extra,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -92,15 +93,30 @@ class Server:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP to the server's process group: its connections stay open, nothing answers.
+        The kill at the end of the test ends it all the same."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{self.admin_addr}/metrics", timeout=5) as response:
+            text: str = response.read().decode()
+        return text
+
     def requests(self, method: str) -> int:
         """The server's snowmint_requests_total for ``method``, over every code."""
-        with urllib.request.urlopen(f"http://{self.admin_addr}/metrics", timeout=5) as response:
-            text = response.read().decode()
         return sum(
             int(float(line.rsplit(" ", 1)[1]))
-            for line in text.splitlines()
+            for line in self.metrics().splitlines()
             if line.startswith("snowmint_requests_total{") and f'method="{method}"' in line
         )
+
+    def issued(self) -> int:
+        """The IDs the server handed out (snowmint_ids_issued_total)."""
+        for line in self.metrics().splitlines():
+            if line.startswith("snowmint_ids_issued_total "):
+                return int(float(line.rsplit(" ", 1)[1]))
+        raise AssertionError("no snowmint_ids_issued_total")
 
 
 @pytest.fixture(scope="session")
@@ -116,16 +132,16 @@ StartServer = Callable[..., Server]
 
 @pytest.fixture
 def start_server(snowmint_bin: str) -> Iterator[StartServer]:
-    """Starts servers: ``start_server(worker_id, state_dir=None)``; a fresh temp state dir when
-    none is given. Every server and temp dir goes when the test ends."""
+    """Starts servers: ``start_server(worker_id, state_dir=None, *extra_flags)``; a fresh temp
+    state dir when none is given. Every server and temp dir goes when the test ends."""
     servers: list[Server] = []
     dirs: list[tempfile.TemporaryDirectory[str]] = []
 
-    def start(worker_id: int, state_dir: Path | None = None) -> Server:
+    def start(worker_id: int, state_dir: Path | None = None, *extra: str) -> Server:
         if state_dir is None:
             dirs.append(tempfile.TemporaryDirectory(prefix="snowmint-state-"))
             state_dir = Path(dirs[-1].name)
-        server = Server(snowmint_bin, worker_id, state_dir)
+        server = Server(snowmint_bin, worker_id, state_dir, extra)
         servers.append(server)
         return server
 

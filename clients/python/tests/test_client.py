@@ -12,9 +12,7 @@ import grpc
 import pytest
 from conftest import StartServer, assert_increasing, assert_unique, write_refusing_state
 
-from snowmint_client import BufferConfig, Client, ClientClosedError, UnavailableError, decode
-from snowmint_client._proto import snowmint_pb2 as pb
-from snowmint_client._proto.snowmint_pb2_grpc import IdServiceStub
+from snowmint_client import BufferConfig, Client, ClientClosedError, UnavailableError, _wire, decode
 
 
 def mixed_calls(client: Client, caller: int, rounds: int) -> list[int]:
@@ -96,7 +94,7 @@ def test_a_refusing_server_is_skipped_and_alone_gives_a_retriable_error(
 
     # The server itself refuses with UNAVAILABLE.
     with grpc.insecure_channel(refusing.grpc_addr) as channel, pytest.raises(grpc.RpcError) as refused:
-        IdServiceStub(channel).NextId(pb.NextIdRequest(), timeout=5)
+        channel.unary_unary(_wire.NEXT_ID, _wire.identity, _wire.next_id_response)(b"", timeout=5)
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
     # Listed first, it is skipped for the good one.

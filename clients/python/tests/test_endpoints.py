@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snowmint_client import BufferConfig, Client
+from snowmint_client import AsyncClient, BufferConfig, Client
 
 
 @pytest.mark.parametrize("endpoint", ["", "http://", "https://", "ftp://host:1", "http://host:1/path"])
@@ -20,3 +20,11 @@ def test_bad_settings_are_refused() -> None:
         Client(["127.0.0.1:1"], timeout=0)
     with pytest.raises(ValueError, match="max_age"):
         BufferConfig(max_age=0)
+
+
+def test_a_string_is_not_a_list_of_endpoints() -> None:
+    # Iterated, "127.0.0.1:1" would be eleven endpoints of one character each (issue 30).
+    with pytest.raises(TypeError, match="list of endpoints"):
+        Client("127.0.0.1:1")
+    with pytest.raises(TypeError, match="list of endpoints"):
+        AsyncClient("127.0.0.1:1")

@@ -1,13 +1,13 @@
 //! The client handle and its builder.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::buffer::{Buffer, BufferConfig};
+use crate::closer::Closer;
 use crate::coalesce::{self, Waiter};
 use crate::endpoints::{Endpoints, Settings};
 use crate::error::ClientError;
@@ -64,8 +64,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Makes the client. Connections open lazily, on first use. Must be called within a
-    /// tokio runtime: it starts the background tasks.
+    /// Makes the client. Connections open lazily, on first use, and a buffer sends nothing
+    /// before the first `next_id()`. Must be called within a tokio runtime: it starts the
+    /// background tasks.
     pub fn connect(self) -> Result<Client, ClientError> {
         let settings = Settings {
             timeout: self.timeout,
@@ -73,12 +74,12 @@ impl ClientBuilder {
             #[cfg(feature = "tls")]
             tls: self.tls,
         };
-        let endpoints = Arc::new(Endpoints::new(&self.endpoints, settings)?);
-        let closed = Arc::new(AtomicBool::new(false));
+        let closer = Arc::new(Closer::default());
+        let endpoints = Arc::new(Endpoints::new(&self.endpoints, settings, closer.clone())?);
         let (coalescer, waiting) = mpsc::channel(4096);
-        tokio::spawn(coalesce::run(endpoints.clone(), waiting, self.max_coalesced as usize));
-        let buffer = self.buffer.map(|config| Buffer::start(config, &endpoints, &closed));
-        Ok(Client { inner: Arc::new(Inner { endpoints, coalescer, buffer, closed }) })
+        tokio::spawn(coalesce::run(endpoints.clone(), waiting, self.max_coalesced as usize, closer.clone()));
+        let buffer = self.buffer.map(|config| Buffer::start(config, &endpoints, &closer));
+        Ok(Client { inner: Arc::new(Inner { endpoints, coalescer, buffer, closer }) })
     }
 }
 
@@ -92,8 +93,16 @@ struct Inner {
     endpoints: Arc<Endpoints>,
     coalescer: mpsc::Sender<Waiter>,
     buffer: Option<Arc<Buffer>>,
-    /// Set by [`Client::close`]; read on every call, so an atomic rather than a channel.
-    closed: Arc<AtomicBool>,
+    /// Set by [`Client::close`], or once the last clone of the client is dropped; watched by
+    /// every call and background task.
+    closer: Arc<Closer>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closer.close();
+        self.endpoints.close();
+    }
 }
 
 impl Client {
@@ -129,19 +138,27 @@ impl Client {
 
     async fn next_id_by(&self, deadline: Option<Instant>) -> Result<u64, ClientError> {
         let inner = &*self.inner;
-        if inner.closed.load(Ordering::Relaxed) {
+        if inner.closer.is_closed() {
             return Err(ClientError::Closed);
         }
         if let Some(buffer) = &inner.buffer {
             return buffer.next_id(&inner.endpoints, deadline).await;
         }
-        let (tx, rx) = oneshot::channel();
-        inner.coalescer.send(tx).await.map_err(|_| ClientError::Closed)?;
-        let answer = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, rx).await.map_err(|_| ClientError::DeadlineExceeded)?,
-            None => rx.await,
+        // The caller's deadline bounds the whole wait, its place in a full queue included.
+        let shared = async {
+            let (tx, rx) = oneshot::channel();
+            inner.coalescer.send(tx).await.map_err(|_| ClientError::Closed)?;
+            rx.await.map_err(|_| ClientError::Closed)?
         };
-        answer.map_err(|_| ClientError::Closed)?
+        let bounded = async {
+            match deadline {
+                Some(deadline) => {
+                    tokio::time::timeout_at(deadline, shared).await.map_err(|_| ClientError::DeadlineExceeded)?
+                }
+                None => shared.await,
+            }
+        };
+        inner.closer.or_closed(bounded).await
     }
 
     /// `count` new IDs, strictly increasing, from one server in one `BatchIds` call; never
@@ -156,7 +173,7 @@ impl Client {
     }
 
     async fn batch_by(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<u64>, ClientError> {
-        if self.inner.closed.load(Ordering::Relaxed) {
+        if self.inner.closer.is_closed() {
             return Err(ClientError::Closed);
         }
         self.inner.endpoints.batch(count, deadline).await
@@ -166,7 +183,7 @@ impl Client {
     /// `FAILED_PRECONDITION`, returned as [`ClientError::Rejected`]). Never buffered or
     /// coalesced: one `NextId` call, failing over as [`Client::batch`] does.
     pub async fn next_opaque(&self) -> Result<OpaqueId, ClientError> {
-        if self.inner.closed.load(Ordering::Relaxed) {
+        if self.inner.closer.is_closed() {
             return Err(ClientError::Closed);
         }
         let mut one = self.inner.endpoints.opaque(0, None).await?;
@@ -176,18 +193,19 @@ impl Client {
     /// `count` new opaque IDs from one server in one `BatchIds` call, in no particular order
     /// (the IDs beneath them increase; their opaque values do not).
     pub async fn batch_opaque(&self, count: u32) -> Result<Vec<OpaqueId>, ClientError> {
-        if self.inner.closed.load(Ordering::Relaxed) {
+        if self.inner.closer.is_closed() {
             return Err(ClientError::Closed);
         }
         self.inner.endpoints.opaque(count, None).await
     }
 
-    /// Stops the background refills; every call after it fails with [`ClientError::Closed`].
-    /// The connections close once the last clone of the client is dropped.
+    /// Ends the client at once, for every clone of it: the buffer stops refilling, every call
+    /// waiting (on the buffer, on a shared call, in an attempt on a server) ends with
+    /// [`ClientError::Closed`], the connections close, and every later call fails with
+    /// [`ClientError::Closed`]. Buffered IDs are dropped, never handed out. Calling it again
+    /// does nothing; dropping the last clone of the client does the same.
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Relaxed);
-        if let Some(buffer) = &self.inner.buffer {
-            buffer.wake_refills();
-        }
+        self.inner.closer.close();
+        self.inner.endpoints.close();
     }
 }

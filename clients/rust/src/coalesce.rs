@@ -4,12 +4,15 @@
 //! single caller). A burst of callers costs one round trip; callers beyond the cap are served
 //! by the next call. A server whose `--max-batch` is below the cap answers `INVALID_ARGUMENT`;
 //! the cap then halves until the server accepts it, so callers never see that answer. An
-//! optimization beyond the contract: use the buffer for throughput.
+//! optimization beyond the contract: use the buffer for throughput. Closing the client ends
+//! the task, and every caller waiting on it gets `Closed` (its sender dropped, or the error of
+//! the call in progress).
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::closer::Closer;
 use crate::endpoints::Endpoints;
 use crate::error::ClientError;
 
@@ -19,9 +22,24 @@ pub(crate) type Waiter = oneshot::Sender<Result<u64, ClientError>>;
 /// The coalescing task: runs until every sender of `rx` is gone. `limit` is the most IDs one
 /// call asks for; a server that answers a coalesced call `INVALID_ARGUMENT` has a lower
 /// `--max-batch`, so the limit halves and the same callers are served by smaller calls.
-pub(crate) async fn run(endpoints: Arc<Endpoints>, mut rx: mpsc::Receiver<Waiter>, mut limit: usize) {
+pub(crate) async fn run(
+    endpoints: Arc<Endpoints>,
+    mut rx: mpsc::Receiver<Waiter>,
+    mut limit: usize,
+    closer: Arc<Closer>,
+) {
     let mut waiting = Vec::with_capacity(limit.min(4096));
-    while rx.recv_many(&mut waiting, limit).await > 0 {
+    loop {
+        let received = tokio::select! {
+            biased;
+            () = closer.closed() => 0,
+            n = rx.recv_many(&mut waiting, limit) => n,
+        };
+        if received == 0 {
+            // Closed, or every client handle gone: the callers still queued get `Closed` as
+            // their senders drop with the channel.
+            return;
+        }
         // Callers whose own deadline passed meanwhile.
         waiting.retain(|tx| !tx.is_closed());
         while !waiting.is_empty() {

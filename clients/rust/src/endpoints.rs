@@ -4,18 +4,25 @@
 //! in transport (a status this client made from a broken connection, not one a server sent),
 //! or got no answer within its own deadline moves the call to the next endpoint, round
 //! robin, and that endpoint becomes the current one for every caller. Every other status
-//! returns as it is: it would be the same on every server. Once every endpoint has been tried
+//! returns as it is: it would be the same on every server. An attempt cut short by the
+//! caller's own deadline ends the call and moves nothing. Once every endpoint has been tried
 //! in a call, each further attempt waits first (10 ms, doubling, at most 320 ms); nothing
-//! waits after the last attempt.
+//! waits after the last attempt. Closing the client ends every call at once and drops the
+//! channels, which closes the connections.
+//!
+//! tonic reconnects a lazy channel on demand, at the next call: a server that comes back is
+//! used at once, with no reconnect backoff to wait out.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::closer::Closer;
 use crate::error::ClientError;
 use crate::opaque::OpaqueId;
 use crate::proto::id_service_client::IdServiceClient;
@@ -23,9 +30,14 @@ use crate::proto::{BatchIdsRequest, NextIdRequest};
 
 /// The servers a client talks to, and which one is current.
 pub(crate) struct Endpoints {
-    stubs: Vec<IdServiceClient<Channel>>,
-    /// The index of the current endpoint; always below `stubs.len()`.
+    /// One stub per endpoint, emptied by `close()` so that the channels (and their
+    /// connections) go once the attempts in progress end.
+    stubs: Mutex<Vec<IdServiceClient<Channel>>>,
+    /// How many endpoints there are.
+    len: usize,
+    /// The index of the current endpoint; always below `len`.
     current: AtomicUsize,
+    closer: Arc<Closer>,
     /// The deadline of one attempt.
     pub(crate) timeout: Duration,
     /// Attempts one call makes at most.
@@ -44,7 +56,7 @@ pub(crate) struct Settings {
 impl Endpoints {
     /// Lazily connected channels to `urls` (`http://`, `https://`, or a bare `host:port`
     /// for plain text).
-    pub(crate) fn new(urls: &[String], settings: Settings) -> Result<Endpoints, ClientError> {
+    pub(crate) fn new(urls: &[String], settings: Settings, closer: Arc<Closer>) -> Result<Endpoints, ClientError> {
         if urls.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
@@ -54,7 +66,19 @@ impl Endpoints {
             stubs.push(IdServiceClient::new(endpoint.connect_lazy()));
         }
         let attempts = settings.attempts.unwrap_or((2 * urls.len()).max(2)).max(1);
-        Ok(Endpoints { current: AtomicUsize::new(0), timeout: settings.timeout, attempts, stubs })
+        Ok(Endpoints {
+            len: stubs.len(),
+            stubs: Mutex::new(stubs),
+            current: AtomicUsize::new(0),
+            closer,
+            timeout: settings.timeout,
+            attempts,
+        })
+    }
+
+    /// Drops the stubs: the channels close once no attempt holds them.
+    pub(crate) fn close(&self) {
+        self.stubs.lock().expect("stubs lock").clear();
     }
 
     /// One `NextId` call, failing over as the contract says.
@@ -103,9 +127,19 @@ impl Endpoints {
             .collect()
     }
 
-    /// Makes the attempts of one call: each on the current endpoint, within the smaller of
-    /// the attempt's timeout and what is left of the caller's `deadline`.
+    /// Makes the attempts of one call (see [`Endpoints::attempts`]), ended at once by
+    /// `close()`.
     async fn call<T, F, Fut>(&self, deadline: Option<Instant>, attempt: F) -> Result<T, ClientError>
+    where
+        F: Fn(IdServiceClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.closer.or_closed(self.attempts(deadline, attempt)).await
+    }
+
+    /// Each attempt on the current endpoint, within the smaller of the attempt's timeout and
+    /// what is left of the caller's `deadline`.
+    async fn attempts<T, F, Fut>(&self, deadline: Option<Instant>, attempt: F) -> Result<T, ClientError>
     where
         F: Fn(IdServiceClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -120,12 +154,16 @@ impl Endpoints {
                 return Err(ClientError::DeadlineExceeded);
             }
             let i = self.current.load(Ordering::Relaxed);
-            let status = match tokio::time::timeout(timeout, attempt(self.stubs[i].clone(), timeout)).await {
+            let stub = self.stubs.lock().expect("stubs lock").get(i).cloned().ok_or(ClientError::Closed)?;
+            let status = match tokio::time::timeout(timeout, attempt(stub, timeout)).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded(format!("no answer within the attempt's {timeout:?}")),
             };
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            let caller_passed = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+            if (caller_passed || timeout < self.timeout) && timed_out(&status) {
+                // The caller's deadline, which cut the attempt short, not the server: nothing
+                // moves.
                 return Err(ClientError::DeadlineExceeded);
             }
             if !fails_over(&status) {
@@ -133,9 +171,11 @@ impl Endpoints {
             }
             last = Some(status);
             // Move on from this endpoint, unless another call already did.
-            let _ =
-                self.current.compare_exchange(i, next_index(i, self.stubs.len()), Ordering::Relaxed, Ordering::Relaxed);
-            if let Some(pause) = backoff(n, self.stubs.len(), self.attempts) {
+            let _ = self.current.compare_exchange(i, next_index(i, self.len), Ordering::Relaxed, Ordering::Relaxed);
+            if caller_passed {
+                return Err(ClientError::DeadlineExceeded);
+            }
+            if let Some(pause) = backoff(n, self.len, self.attempts) {
                 match deadline {
                     Some(deadline) if Instant::now() + pause >= deadline => {
                         tokio::time::sleep_until(deadline).await;
@@ -179,16 +219,30 @@ pub(crate) fn fails_over(status: &Status) -> bool {
     matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded) || std::error::Error::source(status).is_some()
 }
 
+/// Whether an attempt ended for want of time: `DEADLINE_EXCEEDED`, or tonic's own timer,
+/// which ends a call past its `grpc-timeout` with `CANCELLED` carrying `TimeoutExpired`.
+fn timed_out(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = error.source();
+    }
+    status.code() == Code::DeadlineExceeded
+}
+
 /// The endpoint after `failed`, round robin over `len`.
 pub(crate) fn next_index(failed: usize, len: usize) -> usize {
     (failed + 1) % len
 }
 
 /// The pause after failed attempt `n` (from 0) of a call that makes `attempts` over
-/// `endpoints`: none until every endpoint was tried, then 10 ms doubling up to 320 ms, and
-/// none after the last attempt.
+/// `endpoints`: none until every endpoint was tried, then before attempt `k = n + 1`
+/// `min(10 ms × 2^(k − endpoints), 320 ms)`, and none after the last attempt.
 pub(crate) fn backoff(n: usize, endpoints: usize, attempts: usize) -> Option<Duration> {
-    (n + 1 >= endpoints && n + 1 < attempts).then(|| Duration::from_millis(10 << n.min(5)))
+    let k = n + 1;
+    (k >= endpoints && k < attempts).then(|| Duration::from_millis(10 << (k - endpoints).min(5)))
 }
 
 #[cfg(test)]
@@ -211,8 +265,9 @@ mod tests {
 
     #[test]
     fn pauses_come_only_between_rounds_and_never_after_the_last_attempt() {
+        // Two endpoints, four attempts: A, B, 10 ms, A, 20 ms, B.
         let pauses: Vec<_> = (0..4).map(|n| backoff(n, 2, 4).map(|d| d.as_millis())).collect();
-        assert_eq!(pauses, [None, Some(20), Some(40), None]);
+        assert_eq!(pauses, [None, Some(10), Some(20), None]);
         let long: Vec<_> = (0..9).map(|n| backoff(n, 1, 9).map(|d| d.as_millis())).collect();
         assert_eq!(long, [Some(10), Some(20), Some(40), Some(80), Some(160), Some(320), Some(320), Some(320), None]);
         assert_eq!(backoff(0, 1, 1), None);
@@ -232,5 +287,7 @@ mod tests {
         let timer = Status::from_error(Box::new(tonic::TimeoutExpired(())));
         assert_eq!(timer.code(), Code::Cancelled);
         assert!(fails_over(&timer));
+        assert!(timed_out(&timer) && timed_out(&Status::deadline_exceeded("late")));
+        assert!(!timed_out(&broken) && !timed_out(&Status::unavailable("refused")));
     }
 }

@@ -9,9 +9,11 @@
 //! - [`client`]: the [`Client`] handle and its builder.
 //! - `endpoints`: which server is current, and when a call moves to the next one.
 //! - `coalesce`: unbuffered `next_id()` callers folded into one `BatchIds`.
+//! - `closer`: the closed state every call and background task watches.
 //! - [`buffer`]: the prefetch buffer and its refill tasks.
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
 //! - [`opaque`]: the string form of opaque IDs, read and written with no key.
+//! - [`layout`]: decoding IDs locally, with no server.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), snowmint_client::ClientError> {
@@ -26,13 +28,16 @@
 
 pub mod buffer;
 pub mod client;
+mod closer;
 mod coalesce;
 mod endpoints;
 pub mod error;
+pub mod layout;
 pub mod opaque;
 pub mod proto;
 
 pub use buffer::BufferConfig;
 pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
+pub use layout::{Decoded, Layout};
 pub use opaque::{OpaqueId, OpaqueIdError};

@@ -1,12 +1,13 @@
 import { status as Status } from '@grpc/grpc-js';
 
 /**
- * Why the client could not get IDs. Two kinds: {@link UnavailableError} (every endpoint
- * refused or failed: retry later) and {@link RejectedError} (the server rejected the request
- * itself: retrying will not help).
+ * Why the client could not get IDs. Three kinds: {@link UnavailableError} (every attempt
+ * failed: retry later), {@link DeadlineExceededError} (the call's own timeout passed: retry
+ * later) and {@link RejectedError} (the server rejected the request itself: retrying will not
+ * help). {@link ClientClosedError} stands apart: the client was closed.
  */
 export abstract class SnowmintError extends Error {
-  /** The gRPC status code of the last call made. */
+  /** The gRPC status code of the error: `UNAVAILABLE` (14), `DEADLINE_EXCEEDED` (4), or the server's. */
   readonly code: Status;
   /** The status details the server (or the transport) gave. */
   readonly details: string;
@@ -21,12 +22,35 @@ export abstract class SnowmintError extends Error {
   }
 }
 
+/** The last attempt of a call that failed on every attempt: its code and details, for the log. */
+export interface LastAttempt {
+  readonly code: Status;
+  readonly details: string;
+}
+
 /**
- * Every attempt on every endpoint was refused (`UNAVAILABLE`: a server that cannot promise
- * unique IDs refuses rather than guess) or failed in transport. Retriable.
+ * Every attempt failed over: refused (`UNAVAILABLE`: a server that cannot promise unique IDs
+ * refuses rather than guess), failed in transport, or past its own timeout; or, with a buffer,
+ * no IDs arrived in time. Its `code` is always `UNAVAILABLE`; `last` is what the last attempt
+ * said. Retriable.
  */
 export class UnavailableError extends SnowmintError {
   readonly retriable = true;
+  readonly last: LastAttempt | undefined;
+
+  constructor(message: string, last?: LastAttempt) {
+    super(message, Status.UNAVAILABLE, last?.details ?? 'no IDs arrived in time');
+    this.last = last;
+  }
+}
+
+/** The call's own timeout ({@link CallOptions.timeoutMs}) passed. Code `DEADLINE_EXCEEDED`. Retriable. */
+export class DeadlineExceededError extends SnowmintError {
+  readonly retriable = true;
+
+  constructor(message = "the call's timeout passed") {
+    super(message, Status.DEADLINE_EXCEEDED, message);
+  }
 }
 
 /**
@@ -38,7 +62,7 @@ export class RejectedError extends SnowmintError {
   readonly retriable = false;
 }
 
-/** A call on a client after {@link SnowmintClient.close}. */
+/** A call on a client after {@link SnowmintClient.close}, or one that was waiting on it then. */
 export class ClientClosedError extends Error {
   constructor() {
     super('the snowmint client is closed');

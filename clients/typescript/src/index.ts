@@ -3,10 +3,18 @@
  * IDs. {@link SnowmintClient} gets IDs (failover across endpoints, an optional prefetch
  * buffer); {@link decode} reads them, and other systems' IDs, without a server;
  * {@link parseOpaqueId} and {@link formatOpaqueId} read and write the string form of opaque
- * IDs, with no key. Every ID is a `bigint`.
+ * IDs, with no key. Every ID is a `bigint`. Nothing is read from disk at import.
  */
-export { SnowmintClient, type BufferOptions, type ClientOptions } from './client.js';
-export { ClientClosedError, RejectedError, SnowmintError, UnavailableError } from './errors.js';
+export { SnowmintClient } from './client.js';
+export type { BufferOptions, CallOptions, ClientOptions, TlsOptions } from './options.js';
+export {
+  ClientClosedError,
+  DeadlineExceededError,
+  RejectedError,
+  SnowmintError,
+  UnavailableError,
+  type LastAttempt,
+} from './errors.js';
 export {
   DEFAULT_EPOCH_MS,
   LAYOUT_NAMES,

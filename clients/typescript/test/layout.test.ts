@@ -5,7 +5,6 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 
 import { LAYOUT_NAMES, decode, layout, namedLayout, snowmintLayout, type FieldOrder, type Layout } from '../src/index.js';
-import { idService, toBigInt, type Fixed64 } from '../src/proto.js';
 
 interface VectorFile {
   layouts: Record<string, {
@@ -95,15 +94,3 @@ test('bad layouts and IDs are refused with the reason', () => {
   assert.throws(() => decode(-1n), /not an unsigned 64-bit/);
   assert.throws(() => decode(2n ** 64n, 'discord'), /not an unsigned 64-bit/);
 });
-
-test('fixed64 IDs decode from the wire exactly, past 2^53 and up to 2^64 - 1', () => {
-  const ids = [0n, 1n, 2n ** 53n + 1n, 2n ** 63n - 1n, 2n ** 63n, 2n ** 64n - 1n, 175928847299117063n];
-  const wire = idService.BatchIds.responseSerialize({ ids: ids.map((id) => toFixed64(id)) });
-  assert.deepEqual(idService.BatchIds.responseDeserialize(wire).ids.map(toBigInt), ids);
-  assert.throws(() => toBigInt(123 as unknown as Fixed64), TypeError);
-});
-
-/** A 64-bit value as protobuf.js takes it: two 32-bit halves. */
-function toFixed64(id: bigint): Fixed64 {
-  return { high: Number(id >> 32n), low: Number(id & 0xffff_ffffn) };
-}

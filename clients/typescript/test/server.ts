@@ -36,9 +36,9 @@ export class SnowmintServer {
     return `http://${this.grpcAddr}`;
   }
 
-  /** A server minting as worker `workerId`. */
-  static start(workerId: number): Promise<SnowmintServer> {
-    return SnowmintServer.startIn(workerId, mkdtempSync(join(tmpdir(), 'snowmint-ts-test-')));
+  /** A server minting as worker `workerId`, with `extra` flags of `snowmint serve`. */
+  static start(workerId: number, ...extra: string[]): Promise<SnowmintServer> {
+    return SnowmintServer.startIn(workerId, mkdtempSync(join(tmpdir(), 'snowmint-ts-test-')), extra);
   }
 
   /**
@@ -69,9 +69,9 @@ export class SnowmintServer {
     return SnowmintServer.startIn(workerId, dir);
   }
 
-  private static startIn(workerId: number, stateDir: string): Promise<SnowmintServer> {
+  private static startIn(workerId: number, stateDir: string, extra: string[] = []): Promise<SnowmintServer> {
     const args = ['serve', '--listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0', '--log-format', 'json',
-      '--state-dir', stateDir, '--worker-id', String(workerId)];
+      '--state-dir', stateDir, '--worker-id', String(workerId), ...extra];
     let child: ChildProcess;
     try {
       child = spawn(binary(), args, { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -143,6 +143,11 @@ export class SnowmintServer {
       }
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
+  }
+
+  /** Resumes a paused process (SIGCONT). */
+  resume(): void {
+    this.child.kill('SIGCONT');
   }
 
   /** The value of one series of the server's metrics, e.g. `x{a="b"}`. */

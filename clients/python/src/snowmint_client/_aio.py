@@ -11,26 +11,30 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from . import _wire
 from ._core import (
     DEFAULT_TIMEOUT,
-    REFILL_PAUSE,
     BufferConfig,
     BufferState,
     ClientClosedError,
+    DeadlineExceededError,
     Rotation,
     UnavailableError,
+    channel_options,
     channel_targets,
 )
-from ._proto import snowmint_pb2 as pb
-from ._proto.snowmint_pb2_grpc import IdServiceStub
 
 T = TypeVar("T")
+_monotonic = time.monotonic
+
+POPS_PER_YIELD = 1024
+"""IDs a caller takes from the buffer between two turns it gives the event loop."""
 
 
 class AsyncClient:
-    """The asyncio twin of :class:`snowmint_client.Client`, with the same failover, deadlines
-    and buffer; refills run as tasks. Create it, use it and close it on one event loop (``async
-    with AsyncClient(...) as client``)."""
+    """The asyncio twin of :class:`snowmint_client.Client`, with the same failover, deadlines,
+    errors and buffer; refills run as tasks. Create it, use it and close it on one event loop
+    (``async with AsyncClient(...) as client``)."""
 
     def __init__(
         self,
@@ -44,16 +48,31 @@ class AsyncClient:
     ) -> None:
         targets = channel_targets(endpoints, credentials)
         self._rotation = Rotation(len(targets), timeout, attempts)
+        merged = channel_options(options)
         self._channels = [
-            grpc.aio.insecure_channel(target, options)
+            grpc.aio.insecure_channel(target, merged)
             if creds is None
-            else grpc.aio.secure_channel(target, creds, options)
+            else grpc.aio.secure_channel(target, creds, merged)
             for target, creds in targets
         ]
-        self._stubs = [IdServiceStub(channel) for channel in self._channels]
+        self._next_id = [
+            c.unary_unary(
+                _wire.NEXT_ID, request_serializer=_wire.identity, response_deserializer=_wire.next_id_response
+            )
+            for c in self._channels
+        ]
+        self._batch_ids = [
+            c.unary_unary(
+                _wire.BATCH_IDS, request_serializer=_wire.identity, response_deserializer=_wire.batch_ids_response
+            )
+            for c in self._channels
+        ]
         self._closed = False
-        self._buffer = None if buffer is None else BufferState(buffer)
+        self._buffer = None if buffer is None else BufferState(buffer, _monotonic())
         self._refills: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._pops = 0
         # Set, and replaced by a fresh event, whenever a refill ends.
         self._filled = asyncio.Event()
 
@@ -65,30 +84,64 @@ class AsyncClient:
 
     async def next_id(self, *, timeout: float | None = None) -> int:
         """One new ID: from the buffer when the client has one, otherwise from a NextId call.
-        ``timeout`` bounds the whole call in seconds, failover included."""
-        if self._buffer is not None:
-            return await self._next_buffered(self._buffer, timeout)
+        ``timeout`` bounds the whole call in seconds, failover and waits included."""
+        state = self._buffer
+        if state is None:
 
-        async def next_id(stub: IdServiceStub, t: float) -> int:
-            return int((await stub.NextId(pb.NextIdRequest(), timeout=t)).id)
+            async def next_id(i: int, t: float) -> int:
+                return int(await self._next_id[i](b"", timeout=t))
 
-        return await self._call(next_id, timeout)
+            return await self._call(next_id, timeout)
+        # The fast path. No await between the pop and its return: on the event loop's one
+        # thread, an ID is taken exactly once. An ID popped from a batch gone stale is dropped.
+        front = state.front
+        if front is not None:
+            ids, stale_at = front
+            try:
+                id = ids.popleft()
+            except IndexError:
+                return await self._next_buffered(state, timeout)
+            if _monotonic() >= stale_at:
+                return await self._next_buffered(state, timeout)
+            state.countdown -= 1
+            if state.countdown <= 0:
+                self._decide(state, _monotonic())
+                # The refills just started run at the loop's next turn: give it one.
+                await asyncio.sleep(0)
+            else:
+                self._pops += 1
+                if self._pops >= POPS_PER_YIELD:
+                    # A caller looping on ready IDs would never give the loop a turn: the
+                    # refills under way would not be answered until the buffer runs dry.
+                    self._pops = 0
+                    await asyncio.sleep(0)
+            return id
+        return await self._next_buffered(state, timeout)
 
     async def batch(self, n: int, *, timeout: float | None = None) -> list[int]:
-        """``n`` new IDs, strictly increasing, from one server in one BatchIds call; never from
-        the buffer. Other than n in 1 to the server's maximum batch is INVALID_ARGUMENT."""
+        """``n`` new IDs, strictly increasing, from one server in one BatchIds call (``n`` = 1
+        too); never from the buffer. Other than n in 1 to the server's maximum batch is
+        INVALID_ARGUMENT, raised as it is."""
+        request = _wire.batch_ids_request(n)
 
-        async def batch(stub: IdServiceStub, t: float) -> list[int]:
-            return [int(id) for id in (await stub.BatchIds(pb.BatchIdsRequest(count=n), timeout=t)).ids]
+        async def batch(i: int, t: float) -> list[int]:
+            ids: list[int] = await self._batch_ids[i](request, timeout=t)
+            return ids
 
         return await self._call(batch, timeout)
 
     async def close(self) -> None:
-        """Cancels the refills and closes the connections. Calls after it raise
-        :class:`ClientClosedError`."""
+        """Ends the client at once: the buffer stops refilling, every call waiting on the
+        client raises :class:`ClientClosedError`, the connections close, and every later call
+        raises it too. Buffered IDs are dropped, never handed out. Calling it again does
+        nothing."""
         if self._closed:
             return
         self._closed = True
+        if self._buffer is not None:
+            self._buffer.close()
+        if self._timer is not None:
+            self._timer.cancel()
         self._wake()
         for task in self._refills:
             task.cancel()
@@ -96,16 +149,22 @@ class AsyncClient:
         for channel in self._channels:
             await channel.close()
 
-    async def _call(self, do: Callable[[IdServiceStub, float], Awaitable[T]], timeout: float | None) -> T:
+    async def _call(self, do: Callable[[int, float], Awaitable[T]], timeout: float | None) -> T:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        call = self._rotation.start(timeout)
+        call = self._rotation.start(timeout, _monotonic())
         while True:
-            index, attempt_timeout = call.next_attempt()
+            index, attempt_timeout = call.next_attempt(_monotonic())
             try:
-                return await do(self._stubs[index], attempt_timeout)
+                return await do(index, attempt_timeout)
             except grpc.RpcError as error:
-                pause = call.failed(index, error)
+                if self._closed:
+                    raise ClientClosedError("the client was closed during the call") from error
+                pause = call.failed(index, error, _monotonic())
+            except asyncio.CancelledError:
+                if self._closed:  # close() cut the call; a cancellation of the caller's goes on
+                    raise ClientClosedError("the client was closed during the call") from None
+                raise
             if pause:
                 await asyncio.sleep(pause)
 
@@ -113,53 +172,66 @@ class AsyncClient:
         self._filled.set()
         self._filled = asyncio.Event()
 
-    def _start_refills(self, buffer: BufferState) -> None:
-        for _ in range(buffer.refills_to_start()):
-            task = asyncio.create_task(self._refill(buffer))
+    def _decide(self, state: BufferState, now: float) -> None:
+        """Decides, starts the refills and sets the timer of the next decision."""
+        refills, wake_at = state.decide(now, self._closed)
+        for n in refills:
+            task = asyncio.ensure_future(self._refill(state, n, now))
             self._refills.add(task)
             task.add_done_callback(self._refills.discard)
+        if wake_at is not None and not self._closed and (self._timer is None or wake_at < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = wake_at
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, wake_at - now), self._on_timer, state)
 
-    async def _next_buffered(self, buffer: BufferState, timeout: float | None) -> int:
+    def _on_timer(self, state: BufferState) -> None:
+        self._timer = None
+        self._decide(state, _monotonic())
+
+    async def _next_buffered(self, state: BufferState, timeout: float | None) -> int:
         wait = timeout if timeout is not None else self._rotation.timeout * self._rotation.attempts
         deadline = None  # set on the first wait only: the common case never waits
-        seen = buffer.failures
-        while True:
-            # No await between the pop and its return: on the event loop's one thread, an ID
-            # is taken exactly once.
-            if self._closed:
-                raise ClientClosedError("the client is closed")
-            now = time.monotonic()
-            id = buffer.pop(now)
-            self._start_refills(buffer)
-            if id is not None:
-                return id
-            if buffer.failures != seen and buffer.last_error is not None:
-                raise buffer.last_error
-            if deadline is None:
-                deadline = now + wait
-            remaining = deadline - now
-            if remaining <= 0:
-                raise UnavailableError(f"no IDs arrived within {wait:g} s")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._filled.wait(), remaining)
-
-    async def _refill(self, buffer: BufferState) -> None:
-        sent_at = time.monotonic()
+        seen = state.failures
         try:
-            ids = await self.batch(buffer.config.batch)
+            while True:
+                if self._closed:
+                    raise ClientClosedError("the client is closed")
+                now = _monotonic()
+                id = state.pop(now)
+                if id is not None:
+                    if state.countdown <= 0:
+                        self._decide(state, now)
+                    return id
+                if state.failures != seen and state.last_error is not None:
+                    raise state.last_error
+                if deadline is None:
+                    deadline = now + wait
+                    state.waiting += 1
+                self._decide(state, now)
+                remaining = deadline - now
+                if remaining <= 0:
+                    if timeout is not None:
+                        raise DeadlineExceededError("the call's timeout passed with the buffer empty")
+                    raise UnavailableError(f"no IDs arrived within {wait:g} s")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._filled.wait(), remaining)
+        finally:
+            if deadline is not None:
+                state.waiting -= 1
+
+    async def _refill(self, state: BufferState, n: int, sent: float) -> None:
+        ids: list[int] | None = None
+        error: Exception | None = None
+        try:
+            ids = await self.batch(n)
         except asyncio.CancelledError:
-            buffer.released()
-            raise
-        except Exception as error:  # every failure must reach the waiting callers
-            buffer.failed(error)
-            self._wake()
-            try:
-                await asyncio.sleep(REFILL_PAUSE)
-            finally:
-                buffer.released()
-                self._wake()
             return
-        buffer.filled(ids, sent_at)
-        if not self._closed:
-            self._start_refills(buffer)
-        self._wake()
+        except Exception as failure:  # every failure must reach the waiting callers
+            error = failure
+        if self._closed:
+            return
+        now = _monotonic()
+        if state.ended(n, sent, ids, error, now):
+            self._wake()
+        self._decide(state, now)

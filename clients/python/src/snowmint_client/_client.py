@@ -10,20 +10,21 @@ from typing import Any, TypeVar
 
 import grpc
 
+from . import _wire
 from ._core import (
     DEFAULT_TIMEOUT,
-    REFILL_PAUSE,
     BufferConfig,
     BufferState,
     ClientClosedError,
+    DeadlineExceededError,
     Rotation,
     UnavailableError,
+    channel_options,
     channel_targets,
 )
-from ._proto import snowmint_pb2 as pb
-from ._proto.snowmint_pb2_grpc import IdServiceStub
 
 T = TypeVar("T")
+_monotonic = time.monotonic
 
 
 class Client:
@@ -32,11 +33,13 @@ class Client:
     Calls go to one endpoint and move to the next when a server refuses (UNAVAILABLE), cannot
     be reached, or does not answer within ``timeout`` seconds; every other error is raised as
     the ``grpc.RpcError`` it is. When every attempt fails, :class:`UnavailableError` (retriable)
-    is raised. With ``buffer``, :meth:`next_id` hands out prefetched IDs, refilled by background
-    threads. Use it as a context manager, or call :meth:`close`.
+    is raised; when a call's own ``timeout`` passes, :class:`DeadlineExceededError`. With
+    ``buffer``, :meth:`next_id` hands out prefetched IDs, refilled by background threads at the
+    rate they are used. Use it as a context manager, or call :meth:`close`.
 
-    ``endpoints`` are ``host:port``, ``http://host:port`` (plain text) or ``https://host:port``
-    (TLS with the default roots); ``credentials`` makes every endpoint use those instead.
+    ``endpoints`` is a list of ``host:port``, ``http://host:port`` (plain text) or
+    ``https://host:port`` (TLS, verified with the default roots, or with ``credentials``, e.g.
+    ``grpc.ssl_channel_credentials(ca, key, certificate)`` for a CA and a client certificate).
     ``attempts`` defaults to twice the number of endpoints, at least 2. ``options`` are gRPC
     channel options.
     """
@@ -53,20 +56,33 @@ class Client:
     ) -> None:
         targets = channel_targets(endpoints, credentials)
         self._rotation = Rotation(len(targets), timeout, attempts)
+        merged = channel_options(options)
         self._channels = [
-            grpc.insecure_channel(target, options) if creds is None else grpc.secure_channel(target, creds, options)
+            grpc.insecure_channel(target, merged) if creds is None else grpc.secure_channel(target, creds, merged)
             for target, creds in targets
         ]
-        self._stubs = [IdServiceStub(channel) for channel in self._channels]
+        self._next_id = [
+            c.unary_unary(
+                _wire.NEXT_ID, request_serializer=_wire.identity, response_deserializer=_wire.next_id_response
+            )
+            for c in self._channels
+        ]
+        self._batch_ids = [
+            c.unary_unary(
+                _wire.BATCH_IDS, request_serializer=_wire.identity, response_deserializer=_wire.batch_ids_response
+            )
+            for c in self._channels
+        ]
         self._closed = False
-        self._closing = threading.Event()
-        self._buffer: BufferState | None = None
-        # _lock guards the buffer and _closed; _cond, on the same lock, is notified whenever a
-        # refill ends. The hot path takes the plain lock: a Condition's own `with` costs more.
+        # _lock guards the buffer (but its front, which callers pop from without it) and
+        # _closed; _cond, on the same lock, is notified whenever a refill ends.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._buffer: BufferState | None = None
+        self._timer: threading.Timer | None = None
+        self._timer_at = 0.0
         if buffer is not None:
-            self._buffer = BufferState(buffer)
+            self._buffer = BufferState(buffer, _monotonic())
             self._refills = ThreadPoolExecutor(buffer.max_refills, thread_name_prefix="snowmint-refill")
 
     def __enter__(self) -> Client:
@@ -77,85 +93,128 @@ class Client:
 
     def next_id(self, *, timeout: float | None = None) -> int:
         """One new ID: from the buffer when the client has one, otherwise from a NextId call.
-        ``timeout`` bounds the whole call in seconds, failover included."""
-        if self._buffer is not None:
-            return self._next_buffered(self._buffer, timeout)
-        return self._call(lambda stub, t: int(stub.NextId(pb.NextIdRequest(), timeout=t).id), timeout)
+        ``timeout`` bounds the whole call in seconds, failover and waits included."""
+        state = self._buffer
+        if state is None:
+            return self._call(lambda i, t: int(self._next_id[i](b"", timeout=t)), timeout)
+        # The fast path: no lock. popleft() hands each ID out once even between threads; the
+        # ID is kept only while its batch is not stale.
+        front = state.front
+        if front is not None:
+            try:
+                id = front[0].popleft()
+            except IndexError:
+                pass
+            else:
+                if _monotonic() < front[1]:
+                    state.countdown -= 1
+                    if state.countdown <= 0:
+                        with self._lock:
+                            self._decide(state, _monotonic())
+                    return id
+        return self._next_buffered(state, timeout)
 
     def batch(self, n: int, *, timeout: float | None = None) -> list[int]:
-        """``n`` new IDs, strictly increasing, from one server in one BatchIds call; never from
-        the buffer. ``n`` must be between 1 and the server's maximum batch (65,536 by default):
-        the server answers INVALID_ARGUMENT otherwise, raised as it is."""
-        return self._call(
-            lambda stub, t: [int(id) for id in stub.BatchIds(pb.BatchIdsRequest(count=n), timeout=t).ids], timeout
-        )
+        """``n`` new IDs, strictly increasing, from one server in one BatchIds call (``n`` = 1
+        too); never from the buffer. ``n`` must be between 1 and the server's maximum batch
+        (65,536 by default): the server answers INVALID_ARGUMENT otherwise, raised as it is."""
+        request = _wire.batch_ids_request(n)
+        return self._call(lambda i, t: self._batch_ids[i](request, timeout=t), timeout)
 
     def close(self) -> None:
-        """Stops the refills and closes the connections. Calls after it raise
-        :class:`ClientClosedError`."""
+        """Ends the client at once: the buffer stops refilling, every call waiting on the
+        client (on an empty buffer, or in an attempt on a server) raises
+        :class:`ClientClosedError`, the connections close, and every later call raises it too.
+        Buffered IDs are dropped, never handed out. Calling it again does nothing."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            if self._buffer is not None:
+                self._buffer.close()
+            if self._timer is not None:
+                self._timer.cancel()
             self._cond.notify_all()
-        self._closing.set()
         for channel in self._channels:
             channel.close()
         if self._buffer is not None:
             self._refills.shutdown(wait=True)
 
-    def _call(self, do: Callable[[IdServiceStub, float], T], timeout: float | None) -> T:
+    def _call(self, do: Callable[[int, float], T], timeout: float | None) -> T:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        call = self._rotation.start(timeout)
+        call = self._rotation.start(timeout, _monotonic())
         while True:
-            index, attempt_timeout = call.next_attempt()
+            index, attempt_timeout = call.next_attempt(_monotonic())
             try:
-                return do(self._stubs[index], attempt_timeout)
+                return do(index, attempt_timeout)
             except grpc.RpcError as error:
-                pause = call.failed(index, error)
+                if self._closed:
+                    raise ClientClosedError("the client was closed during the call") from error
+                pause = call.failed(index, error, _monotonic())
             if pause:
                 time.sleep(pause)
 
-    def _next_buffered(self, buffer: BufferState, timeout: float | None) -> int:
+    def _next_buffered(self, state: BufferState, timeout: float | None) -> int:
         wait = timeout if timeout is not None else self._rotation.timeout * self._rotation.attempts
         deadline = None  # set on the first wait only: the common case never waits
         with self._lock:
-            seen = buffer.failures
-            while True:
-                if self._closed:
-                    raise ClientClosedError("the client is closed")
-                now = time.monotonic()
-                id = buffer.pop(now)
-                for _ in range(buffer.refills_to_start()):
-                    self._refills.submit(self._refill, buffer)
-                if id is not None:
-                    return id
-                if buffer.failures != seen and buffer.last_error is not None:
-                    raise buffer.last_error
-                if deadline is None:
-                    deadline = now + wait
-                remaining = deadline - now
-                if remaining <= 0:
-                    raise UnavailableError(f"no IDs arrived within {wait:g} s")
-                self._cond.wait(remaining)
+            seen = state.failures
+            try:
+                while True:
+                    if self._closed:
+                        raise ClientClosedError("the client is closed")
+                    now = _monotonic()
+                    id = state.pop(now)
+                    if id is not None:
+                        if state.countdown <= 0:
+                            self._decide(state, now)
+                        return id
+                    if state.failures != seen and state.last_error is not None:
+                        raise state.last_error
+                    if deadline is None:
+                        deadline = now + wait
+                        state.waiting += 1
+                    self._decide(state, now)
+                    remaining = deadline - now
+                    if remaining <= 0:
+                        if timeout is not None:
+                            raise DeadlineExceededError("the call's timeout passed with the buffer empty")
+                        raise UnavailableError(f"no IDs arrived within {wait:g} s")
+                    self._cond.wait(remaining)
+            finally:
+                if deadline is not None:
+                    state.waiting -= 1
 
-    def _refill(self, buffer: BufferState) -> None:
-        sent_at = time.monotonic()
-        try:
-            ids = self.batch(buffer.config.batch)
-        except Exception as error:  # every failure must reach the waiting callers
-            with self._lock:
-                buffer.failed(error)
-                self._cond.notify_all()
-            self._closing.wait(REFILL_PAUSE)
-            with self._lock:
-                buffer.released()
-                self._cond.notify_all()
-            return
+    def _decide(self, state: BufferState, now: float) -> None:
+        """Decides, starts the refills and sets the timer of the next decision. Holds the lock."""
+        refills, wake_at = state.decide(now, self._closed)
+        for n in refills:
+            self._refills.submit(self._refill, state, n, now)
+        if wake_at is not None and not self._closed and (self._timer is None or wake_at < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = wake_at
+            self._timer = threading.Timer(max(0.0, wake_at - now), self._on_timer, (state,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timer(self, state: BufferState) -> None:
         with self._lock:
-            buffer.filled(ids, sent_at)
-            if not self._closed:
-                for _ in range(buffer.refills_to_start()):
-                    self._refills.submit(self._refill, buffer)
-            self._cond.notify_all()
+            self._timer = None
+            self._decide(state, _monotonic())
+
+    def _refill(self, state: BufferState, n: int, sent: float) -> None:
+        ids: list[int] | None = None
+        error: Exception | None = None
+        try:
+            ids = self.batch(n)
+        except Exception as failure:  # every failure must reach the waiting callers
+            error = failure
+        with self._lock:
+            if self._closed:
+                return
+            now = _monotonic()
+            if state.ended(n, sent, ids, error, now):
+                self._cond.notify_all()
+            self._decide(state, now)

@@ -6,6 +6,7 @@ import dev.snowmint.v1.IdServiceGrpc;
 import dev.snowmint.v1.NextIdRequest;
 import dev.snowmint.v1.NextIdResponse;
 import io.grpc.ChannelCredentials;
+import io.grpc.ConnectivityState;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
@@ -19,12 +20,21 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The connections to every endpoint, and which one to use next. An attempt that is refused
- * ({@code UNAVAILABLE}), fails in transport (also {@code UNAVAILABLE}) or gets no answer within
- * its deadline moves the call to the next endpoint, which later calls keep using; any other
- * error is returned as it is.
+ * The connections to every endpoint, and the contract's rule for moving between them
+ * (clients/README.md). All calls go to one current endpoint. An attempt that is refused
+ * ({@code UNAVAILABLE}), fails in transport or gets no answer within its own deadline moves the
+ * current endpoint to the next, for every caller; any other error is returned as it is, and an
+ * attempt cut short by the caller's own deadline ends the call and moves nothing. Once every
+ * endpoint was tried in a call, each further attempt waits first: 10 ms, doubling, at most
+ * 320 ms.
+ *
+ * <p>grpc-java holds a connection that failed in a reconnect backoff (up to two minutes, failing
+ * every call to it meanwhile) and has no setting for its length; a call that finds its endpoint
+ * in that state resets the backoff (at most every half second), so a server that comes back is
+ * used again within a second.
  */
 final class EndpointPool {
 
@@ -33,9 +43,25 @@ final class EndpointPool {
 
     private static final long FIRST_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(10);
     private static final long MAX_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(320);
+    private static final long RECONNECT_NANOS = TimeUnit.MILLISECONDS.toNanos(500);
+    /** The count that stands for a {@code NextId} call. */
+    private static final int NEXT_ID = -1;
 
-    /** One endpoint: its address as given, and its channel. */
-    private record Endpoint(String address, ManagedChannel channel, IdServiceGrpc.IdServiceStub stub) {}
+    /** One endpoint: its address as given, its channel, and when its backoff was last reset. */
+    private record Endpoint(String address, ManagedChannel channel, IdServiceGrpc.IdServiceStub stub, AtomicLong reset) {
+
+        /** Resets the reconnect backoff of a connection that failed, at most every half second. */
+        void reconnectIfFailed() {
+            if (channel.getState(false) != ConnectivityState.TRANSIENT_FAILURE) {
+                return;
+            }
+            long now = System.nanoTime();
+            long last = reset.get();
+            if (now - last >= RECONNECT_NANOS && reset.compareAndSet(last, now)) {
+                channel.resetConnectBackoff();
+            }
+        }
+    }
 
     private final List<Endpoint> endpoints;
     /** Index of the endpoint to try first; always below {@code endpoints.size()}. */
@@ -44,14 +70,15 @@ final class EndpointPool {
     private final int attempts;
     private volatile boolean closed;
 
-    EndpointPool(List<String> addresses, Duration timeout, int attempts) {
+    EndpointPool(List<String> addresses, Duration timeout, int attempts, ChannelCredentials tls) {
         this.timeoutNanos = timeout.toNanos();
         this.attempts = attempts;
         List<Endpoint> endpoints = new ArrayList<>();
         try {
             for (String address : addresses) {
-                ManagedChannel channel = channel(address);
-                endpoints.add(new Endpoint(address, channel, IdServiceGrpc.newStub(channel)));
+                ManagedChannel channel = channel(address, tls);
+                long past = System.nanoTime() - RECONNECT_NANOS;
+                endpoints.add(new Endpoint(address, channel, IdServiceGrpc.newStub(channel), new AtomicLong(past)));
             }
         } catch (RuntimeException e) {
             endpoints.forEach(endpoint -> endpoint.channel().shutdownNow());
@@ -62,14 +89,14 @@ final class EndpointPool {
 
     /**
      * A channel for {@code host:port} or {@code http://host:port} (plain text), or
-     * {@code https://host:port} (TLS with the JVM's trusted roots). Connections open lazily, on
-     * the first call.
+     * {@code https://host:port} (TLS with {@code tls}, or the JVM's trusted roots). Connections
+     * open lazily, on the first call.
      */
-    private static ManagedChannel channel(String address) {
+    private static ManagedChannel channel(String address, ChannelCredentials tls) {
         ChannelCredentials credentials = InsecureChannelCredentials.create();
         String hostPort = address;
         if (address.startsWith("https://")) {
-            credentials = TlsChannelCredentials.create();
+            credentials = tls != null ? tls : TlsChannelCredentials.create();
             hostPort = address.substring("https://".length());
         } else if (address.startsWith("http://")) {
             hostPort = address.substring("http://".length());
@@ -90,37 +117,52 @@ final class EndpointPool {
         return timeoutNanos * attempts;
     }
 
-    /**
-     * {@code count} IDs from one server ({@code NextId} for one, {@code BatchIds} for more),
-     * trying endpoint after endpoint on refusals, transport failures and attempt timeouts, up to
-     * the attempt limit and {@code deadline} ({@link System#nanoTime()}, or
-     * {@link #NO_DEADLINE}). Cancelling the returned future stops further attempts.
-     */
-    CompletableFuture<long[]> fetch(int count, long deadline) {
+    /** The pause before attempt {@code k} (from 0) of a call over {@code n} endpoints. */
+    static long pauseBeforeNanos(int k, int n) {
+        return k < n || k == 0 ? 0 : Math.min(FIRST_BACKOFF_NANOS << Math.min(k - n, 5), MAX_BACKOFF_NANOS);
+    }
+
+    /** One {@code NextId} call, failing over; see {@link #fetch(int, long)}. */
+    CompletableFuture<long[]> nextId(long deadline) {
         CompletableFuture<long[]> result = new CompletableFuture<>();
-        attempt(count, 0, deadline, null, result);
+        attempt(NEXT_ID, 0, deadline, result);
         return result;
     }
 
-    private void attempt(int count, int attempt, long deadline, String last, CompletableFuture<long[]> result) {
+    /**
+     * One {@code BatchIds} call of {@code count}, trying endpoint after endpoint on refusals,
+     * transport failures and attempt timeouts, up to the attempt limit and {@code deadline}
+     * ({@link System#nanoTime()}, or {@link #NO_DEADLINE}). Cancelling the returned future stops
+     * further attempts.
+     */
+    CompletableFuture<long[]> fetch(int count, long deadline) {
+        CompletableFuture<long[]> result = new CompletableFuture<>();
+        attempt(count, 0, deadline, result);
+        return result;
+    }
+
+    /** Attempt {@code attempt} of a call: {@code BatchIds} of {@code count}, or {@code NextId} for {@link #NEXT_ID}. */
+    private void attempt(int count, int attempt, long deadline, CompletableFuture<long[]> result) {
         if (result.isDone()) {
             return; // cancelled by the caller
         }
         if (closed) {
-            result.completeExceptionally(new IllegalStateException("the snowmint client is closed"));
+            result.completeExceptionally(closedError());
             return;
         }
         long attemptNanos = timeoutNanos;
         if (deadline != NO_DEADLINE) {
             long left = deadline - System.nanoTime();
             if (left <= 0) {
-                result.completeExceptionally(deadlinePassed(attempt, last));
+                result.completeExceptionally(deadlinePassed());
                 return;
             }
             attemptNanos = Math.min(attemptNanos, left);
         }
+        boolean cut = attemptNanos < timeoutNanos;
         int index = current.get();
         Endpoint endpoint = endpoints.get(index);
+        endpoint.reconnectIfFailed();
         call(endpoint, count, attemptNanos).whenComplete((ids, error) -> {
             if (error == null) {
                 result.complete(ids);
@@ -128,11 +170,16 @@ final class EndpointPool {
             }
             if (closed) {
                 // Closing cuts the calls in flight; that is no answer of the server's.
-                result.completeExceptionally(new IllegalStateException("the snowmint client is closed"));
+                result.completeExceptionally(closedError());
                 return;
             }
             Status status = Status.fromThrowable(error);
-            String failure = endpoint.address() + ": " + describe(status);
+            boolean callerPassed = deadline != NO_DEADLINE && System.nanoTime() - deadline >= 0;
+            if ((cut || callerPassed) && status.getCode() == Status.Code.DEADLINE_EXCEEDED) {
+                // The caller's deadline, which cut the attempt short, not the server: nothing moves.
+                result.completeExceptionally(deadlinePassed());
+                return;
+            }
             if (!failsOver(status)) {
                 result.completeExceptionally(new SnowmintRejectedException(
                         "the server at " + endpoint.address() + " rejected the request: " + describe(status), status));
@@ -140,34 +187,41 @@ final class EndpointPool {
             }
             // Move on from this endpoint, unless another call already did.
             current.compareAndSet(index, (index + 1) % endpoints.size());
+            if (callerPassed) {
+                result.completeExceptionally(deadlinePassed());
+                return;
+            }
             int next = attempt + 1;
             if (next >= attempts) {
                 result.completeExceptionally(new SnowmintUnavailableException(String.format(
-                        "every endpoint refused or failed (%d attempts over %d endpoints); last, %s",
-                        attempts, endpoints.size(), failure), status));
-            } else if (next >= endpoints.size()) {
-                // Every endpoint tried: wait before each further attempt, 10 ms doubling to 320 ms.
-                long backoff = Math.min(FIRST_BACKOFF_NANOS << Math.min(next - endpoints.size(), 5), MAX_BACKOFF_NANOS);
-                if (deadline != NO_DEADLINE) {
-                    backoff = Math.max(0, Math.min(backoff, deadline - System.nanoTime()));
-                }
-                CompletableFuture.delayedExecutor(backoff, TimeUnit.NANOSECONDS)
-                        .execute(() -> attempt(count, next, deadline, failure, result));
+                        "every endpoint refused or failed (%d attempts over %d endpoints); the last, %s: %s",
+                        attempts, endpoints.size(), endpoint.address(), describe(status)), status));
+                return;
+            }
+            long pause = pauseBeforeNanos(next, endpoints.size());
+            if (pause == 0) {
+                attempt(count, next, deadline, result);
+            } else if (deadline != NO_DEADLINE && System.nanoTime() + pause - deadline >= 0) {
+                // The pause would reach the caller's deadline: the call ends there.
+                Timers.after(deadline - System.nanoTime(), () -> result.completeExceptionally(deadlinePassed()));
             } else {
-                attempt(count, next, deadline, failure, result);
+                Timers.after(pause, () -> attempt(count, next, deadline, result));
             }
         });
     }
 
     /** The caller's own deadline passed: the call ends, retriable later. */
-    static SnowmintUnavailableException deadlinePassed(int attempts, String last) {
-        String tried = attempts == 0 ? "" : " (" + attempts + " attempts; last, " + last + ")";
-        return new SnowmintUnavailableException("no IDs within the call's timeout" + tried, Status.DEADLINE_EXCEEDED);
+    static SnowmintDeadlineExceededException deadlinePassed() {
+        return new SnowmintDeadlineExceededException("the call's timeout passed");
+    }
+
+    static IllegalStateException closedError() {
+        return new IllegalStateException("the snowmint client is closed");
     }
 
     private CompletableFuture<long[]> call(Endpoint endpoint, int count, long timeoutNanos) {
         IdServiceGrpc.IdServiceStub stub = endpoint.stub().withDeadlineAfter(timeoutNanos, TimeUnit.NANOSECONDS);
-        if (count == 1) {
+        if (count == NEXT_ID) {
             Unary<NextIdResponse> response = new Unary<>();
             stub.nextId(NextIdRequest.getDefaultInstance(), response);
             return response.thenApply(r -> new long[] {r.getId()});
@@ -214,19 +268,10 @@ final class EndpointPool {
         return closed;
     }
 
-    /** Stops new calls, lets calls in flight finish within the timeout, then cuts the rest. */
+    /** Ends every call at once (they fail with the closed error) and closes the connections. */
     void close() {
         closed = true;
-        endpoints.forEach(endpoint -> endpoint.channel().shutdown());
-        try {
-            for (Endpoint endpoint : endpoints) {
-                endpoint.channel().awaitTermination(timeoutNanos, TimeUnit.NANOSECONDS);
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        } finally {
-            endpoints.forEach(endpoint -> endpoint.channel().shutdownNow());
-        }
+        endpoints.forEach(endpoint -> endpoint.channel().shutdownNow());
     }
 
     /** A unary call's one response as a future. */

@@ -1,5 +1,6 @@
 package dev.snowmint.client;
 
+import io.grpc.ChannelCredentials;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -24,14 +25,15 @@ import java.util.concurrent.ExecutionException;
  *       transport failure, or no answer within the attempt's timeout moves the call to the next
  *       endpoint, which later calls keep using; other errors are returned as they are
  *       ({@link SnowmintRejectedException}). When every attempt fails, the call fails with the
- *       retriable {@link SnowmintUnavailableException}.
+ *       retriable {@link SnowmintUnavailableException}; when the caller's own timeout passes,
+ *       with {@link SnowmintDeadlineExceededException}.
  *   <li>Every attempt has the client's timeout ({@link Builder#timeout(Duration)}); a caller
  *       may bound a whole call, all attempts included, with a timeout of its own
  *       ({@code nextId(Duration)} and the like).
  *   <li>With a buffer ({@link Builder#buffer(BufferConfig)}), {@code nextId()} takes IDs
- *       prefetched in the background. Without one, concurrent {@code nextId()} calls are
- *       coalesced: the callers waiting while a call is in flight are all served by the next
- *       one, a single {@code BatchIds}.
+ *       prefetched in the background, refilled at the rate they are used. Without one,
+ *       concurrent {@code nextId()} calls are coalesced: the callers waiting while a call is
+ *       in flight are all served by the next one, a single {@code BatchIds}.
  * </ul>
  *
  * <p>IDs are positive {@code long}s: snowmint keeps the sign bit clear.
@@ -44,7 +46,7 @@ public final class SnowmintClient implements AutoCloseable {
 
     private SnowmintClient(Builder builder) {
         this.pool = new EndpointPool(builder.endpoints, builder.timeout,
-                builder.attempts > 0 ? builder.attempts : Math.max(2, 2 * builder.endpoints.size()));
+                builder.attempts > 0 ? builder.attempts : Math.max(2, 2 * builder.endpoints.size()), builder.credentials);
         this.coalescer = builder.buffer == null ? new Coalescer(pool) : null;
         this.buffer = builder.buffer == null ? null : new PrefetchBuffer(pool, builder.buffer);
     }
@@ -69,7 +71,7 @@ public final class SnowmintClient implements AutoCloseable {
      *
      * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
      * @throws SnowmintRejectedException    the server rejected the request
-     * @throws IllegalStateException        the client is closed
+     * @throws IllegalStateException        the client is closed, or was while the call waited
      * @throws CancellationException        the thread was interrupted while waiting (its
      *                                      interrupt flag is set again)
      */
@@ -78,8 +80,8 @@ public final class SnowmintClient implements AutoCloseable {
     }
 
     /**
-     * Like {@link #nextId()}, failing with {@link SnowmintUnavailableException} (status
-     * {@code DEADLINE_EXCEEDED}) once {@code timeout} has passed, all attempts included.
+     * Like {@link #nextId()}, failing with {@link SnowmintDeadlineExceededException} once
+     * {@code timeout} has passed, all attempts and waits included.
      */
     public long nextId(Duration timeout) {
         return nextIdBlocking(deadline(timeout));
@@ -112,13 +114,14 @@ public final class SnowmintClient implements AutoCloseable {
 
     private CompletableFuture<Long> next(long deadline) {
         if (pool.isClosed()) {
-            return CompletableFuture.failedFuture(new IllegalStateException("the snowmint client is closed"));
+            return CompletableFuture.failedFuture(EndpointPool.closedError());
         }
         return buffer != null ? buffer.next(deadline) : coalescer.nextId(deadline);
     }
 
     /**
-     * {@code count} IDs, strictly increasing, straight from one server (never from the buffer).
+     * {@code count} IDs, strictly increasing, from one server in one {@code BatchIds} call
+     * ({@code count} 1 too); never from the buffer.
      *
      * @param count how many: 1 up to the server's maximum batch (65,536 by default); a count
      *              the server does not accept fails with {@link SnowmintRejectedException}
@@ -150,16 +153,24 @@ public final class SnowmintClient implements AutoCloseable {
         if (count < 0) {
             throw new IllegalArgumentException("count must not be negative, got " + count);
         }
+        if (pool.isClosed()) {
+            return CompletableFuture.failedFuture(EndpointPool.closedError());
+        }
         return pool.fetch(count, deadline);
     }
 
     /**
-     * Stops the buffer's refills and closes the connections. Calls in flight get until the
-     * timeout to finish; later calls fail with {@link IllegalStateException}. Buffered IDs are
-     * dropped, never handed out.
+     * Ends the client at once: the buffer stops refilling, every call waiting on the client (on
+     * an empty buffer, on a shared call, or in an attempt on a server) fails with
+     * {@link IllegalStateException}, the connections close, and every later call fails with it
+     * too. Buffered IDs are dropped, never handed out. It does not wait for a server; calling it
+     * again does nothing.
      */
     @Override
     public void close() {
+        if (buffer != null) {
+            buffer.close();
+        }
         pool.close();
     }
 
@@ -192,6 +203,7 @@ public final class SnowmintClient implements AutoCloseable {
         private Duration timeout = Duration.ofSeconds(1);
         private int attempts;
         private BufferConfig buffer;
+        private ChannelCredentials credentials;
 
         private Builder(List<String> endpoints) {
             this.endpoints = List.copyOf(endpoints);
@@ -222,15 +234,30 @@ public final class SnowmintClient implements AutoCloseable {
             return this;
         }
 
-        /** Prefetches IDs into a local buffer, so most {@code nextId()} calls need no round trip. */
+        /**
+         * The credentials of {@code https://} endpoints, instead of TLS with the JVM's trusted
+         * roots: a CA to verify servers with and a client certificate for a server started with
+         * {@code --tls-client-ca}, e.g. {@code TlsChannelCredentials.newBuilder().trustManager(caPem)
+         * .keyManager(certPem, keyPem).build()}. {@code host:port} and {@code http://} endpoints
+         * stay plain text.
+         */
+        public Builder credentials(ChannelCredentials credentials) {
+            this.credentials = Objects.requireNonNull(credentials, "credentials");
+            return this;
+        }
+
+        /**
+         * Prefetches IDs into a local buffer, refilled at the rate they are used, so most
+         * {@code nextId()} calls need no round trip.
+         */
         public Builder buffer(BufferConfig buffer) {
             this.buffer = Objects.requireNonNull(buffer, "buffer");
             return this;
         }
 
         /**
-         * Makes the client. Connections open lazily, on first use; with a buffer, the first
-         * refills start at once.
+         * Makes the client. Connections open lazily, on first use, and a buffer sends nothing
+         * before the first {@code nextId()}.
          *
          * @throws IllegalArgumentException for no endpoints or an endpoint that is not
          *     {@code host:port}, {@code http://host:port} or {@code https://host:port}

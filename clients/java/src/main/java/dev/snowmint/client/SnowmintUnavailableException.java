@@ -3,14 +3,23 @@ package dev.snowmint.client;
 import io.grpc.Status;
 
 /**
- * Every attempt on every endpoint was refused ({@code UNAVAILABLE}: a server that cannot
- * promise unique IDs refuses rather than guess) or failed in transport, or the buffer got no
- * IDs in time. Retriable: the same request may succeed later.
+ * Every attempt failed over: refused ({@code UNAVAILABLE}: a server that cannot promise unique
+ * IDs refuses rather than guess), failed in transport, or past its own timeout; or the buffer
+ * got no IDs in time. Its {@link #status()} is always {@code UNAVAILABLE}; {@link #last()} is
+ * what the last attempt said. Retriable: the same request may succeed later.
  */
 public final class SnowmintUnavailableException extends SnowmintException {
 
-    SnowmintUnavailableException(String message, Status status) {
-        super(message, status);
+    private final transient Status last;
+
+    SnowmintUnavailableException(String message, Status last) {
+        super(message, Status.UNAVAILABLE.withDescription(message).withCause(last == null ? null : last.asException()));
+        this.last = last;
+    }
+
+    /** The last attempt's status (its code may be {@code DEADLINE_EXCEEDED}, from a hung server), or null. */
+    public Status last() {
+        return last;
     }
 
     @Override

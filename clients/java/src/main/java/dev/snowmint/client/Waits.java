@@ -1,6 +1,5 @@
 package dev.snowmint.client;
 
-import io.grpc.Status;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
@@ -12,11 +11,12 @@ final class Waits {
     private Waits() {}
 
     /**
-     * {@code waiter}, failed with the retriable unavailable error once {@code nanos} pass. The
-     * waiter itself is completed then, so whoever serves waiters skips it.
+     * {@code waiter}, failed once {@code nanos} pass: with the deadline exceeded error when the
+     * bound is the caller's own timeout, else with the unavailable error. The waiter itself is
+     * completed then, so whoever serves waiters skips it.
      *
-     * @param callerDeadline whether the bound is the caller's own timeout (reported as
-     *     {@code DEADLINE_EXCEEDED}) rather than the client's longest call
+     * @param callerDeadline whether the bound is the caller's own timeout rather than the
+     *     client's longest call
      */
     static CompletableFuture<Long> bounded(CompletableFuture<Long> waiter, long nanos, boolean callerDeadline) {
         return waiter.orTimeout(Math.max(0, nanos), TimeUnit.NANOSECONDS).exceptionallyCompose(error -> {
@@ -25,9 +25,9 @@ final class Waits {
                 return CompletableFuture.failedFuture(cause);
             }
             return CompletableFuture.failedFuture(callerDeadline
-                    ? EndpointPool.deadlinePassed(0, null)
+                    ? EndpointPool.deadlinePassed()
                     : new SnowmintUnavailableException(String.format(
-                            "no IDs arrived within %d ms", TimeUnit.NANOSECONDS.toMillis(nanos)), Status.UNAVAILABLE));
+                            "no IDs arrived within %d ms", TimeUnit.NANOSECONDS.toMillis(nanos)), null));
         });
     }
 }

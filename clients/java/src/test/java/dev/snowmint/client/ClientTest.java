@@ -291,7 +291,7 @@ class ClientTest {
                 // Left alone, this call would go on for 50 attempts of a second each.
                 try (SnowmintClient client = builder(buffered, refusing.url()).attempts(50).build()) {
                     long start = System.nanoTime();
-                    SnowmintUnavailableException error = assertThrows(SnowmintUnavailableException.class,
+                    SnowmintDeadlineExceededException error = assertThrows(SnowmintDeadlineExceededException.class,
                             () -> client.nextId(Duration.ofMillis(300)));
                     long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
                     assertTrue(took >= 290 && took < 2000, "took " + took + " ms");
@@ -299,7 +299,7 @@ class ClientTest {
                     assertTrue(error.isRetriable());
                     CompletionException async = assertThrows(CompletionException.class,
                             () -> client.batchAsync(5, Duration.ofMillis(100)).join());
-                    assertTrue(async.getCause() instanceof SnowmintUnavailableException, async.toString());
+                    assertTrue(async.getCause() instanceof SnowmintDeadlineExceededException, async.toString());
                 }
             }
         }

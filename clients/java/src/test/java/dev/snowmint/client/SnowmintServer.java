@@ -58,9 +58,9 @@ final class SnowmintServer implements AutoCloseable {
         return path;
     }
 
-    /** A server minting as worker {@code workerId}. */
-    static SnowmintServer start(int workerId) {
-        return start(workerId, tempDir());
+    /** A server minting as worker {@code workerId}, with {@code extra} flags of {@code snowmint serve}. */
+    static SnowmintServer start(int workerId, String... extra) {
+        return start(workerId, tempDir(), extra);
     }
 
     /**
@@ -86,12 +86,14 @@ final class SnowmintServer implements AutoCloseable {
         return start(workerId, dir);
     }
 
-    private static SnowmintServer start(int workerId, Path stateDir) {
+    private static SnowmintServer start(int workerId, Path stateDir, String... extra) {
+        List<String> command = new ArrayList<>(List.of(binary().toString(), "serve",
+                "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json",
+                "--state-dir", stateDir.toString(), "--worker-id", Integer.toString(workerId)));
+        command.addAll(List.of(extra));
         Process process;
         try {
-            process = new ProcessBuilder(binary().toString(), "serve",
-                    "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json",
-                    "--state-dir", stateDir.toString(), "--worker-id", Integer.toString(workerId))
+            process = new ProcessBuilder(command)
                     .redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")))
                     .redirectOutput(ProcessBuilder.Redirect.DISCARD)
                     .start();
@@ -189,6 +191,14 @@ final class SnowmintServer implements AutoCloseable {
                 throw new IllegalStateException("snowmint " + process.pid() + " did not stop within 10 s of SIGSTOP");
             }
             Thread.sleep(5);
+        }
+    }
+
+    /** Resumes a paused process (SIGCONT). */
+    void resume() throws IOException, InterruptedException {
+        Process cont = new ProcessBuilder("kill", "-CONT", Long.toString(process.pid())).inheritIO().start();
+        if (!cont.waitFor(10, TimeUnit.SECONDS) || cont.exitValue() != 0) {
+            throw new IllegalStateException("kill -CONT " + process.pid() + " failed");
         }
     }
 

@@ -1,0 +1,106 @@
+"""The two calls the clients make, on the wire: the method paths of proto/snowmint/v1/
+snowmint.proto and their messages in the protobuf encoding, written and read here directly.
+No protobuf runtime is needed, so the package pins no protobuf version against the
+application's own: only the fields below are used, and tests/test_wire.py checks their numbers
+and types against the proto file.
+
+    NextIdRequest {}                      NextIdResponse { fixed64 id = 1; }
+    BatchIdsRequest { uint32 count = 1; } BatchIdsResponse { repeated fixed64 ids = 1; }
+
+Any other field of an answer (a newer server's) is skipped, as protobuf readers do.
+"""
+
+from __future__ import annotations
+
+import struct
+
+NEXT_ID = "/snowmint.v1.IdService/NextId"
+BATCH_IDS = "/snowmint.v1.IdService/BatchIds"
+
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+
+class WireError(ValueError):
+    """An answer that is not the message it should be."""
+
+
+def next_id_request() -> bytes:
+    """NextIdRequest {}: every field at its default, so no bytes."""
+    return b""
+
+
+def batch_ids_request(count: int) -> bytes:
+    """BatchIdsRequest { count }: field 1 as a varint (omitted at 0, its default)."""
+    if not 0 <= count < 1 << 32:
+        raise ValueError(f"count {count} does not fit a uint32")
+    out = bytearray()
+    if count:
+        out.append(0x08)
+        while count >= 0x80:
+            out.append(count & 0x7F | 0x80)
+            count >>= 7
+        out.append(count)
+    return bytes(out)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise WireError("a varint runs past the message")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def _fixed64s(data: bytes) -> list[int]:
+    """Every value of field 1 (fixed64), packed or not; other fields skipped."""
+    ids: list[int] = []
+    at, end = 0, len(data)
+    while at < end:
+        key, at = _varint(data, at)
+        field, kind = key >> 3, key & 7
+        if kind == _VARINT:
+            _, at = _varint(data, at)
+        elif kind == _FIXED64:
+            if at + 8 > end:
+                raise WireError("a fixed64 runs past the message")
+            if field == 1:
+                ids.append(int.from_bytes(data[at : at + 8], "little"))
+            at += 8
+        elif kind == _LENGTH:
+            length, at = _varint(data, at)
+            if at + length > end:
+                raise WireError("a length-delimited field runs past the message")
+            if field == 1:
+                if length % 8:
+                    raise WireError(f"packed fixed64s of {length} bytes")
+                ids.extend(struct.unpack_from(f"<{length // 8}Q", data, at))
+            at += length
+        elif kind == _FIXED32:
+            at += 4
+        else:
+            raise WireError(f"wire type {kind} of field {field}")
+    if at != end:
+        raise WireError("a field runs past the message")
+    return ids
+
+
+def next_id_response(data: bytes) -> int:
+    """NextIdResponse's id (0 when absent, as protobuf reads a missing field; a repeated one's
+    last value wins)."""
+    ids = _fixed64s(data)
+    return ids[-1] if ids else 0
+
+
+def batch_ids_response(data: bytes) -> list[int]:
+    """BatchIdsResponse's ids."""
+    return _fixed64s(data)
+
+
+def identity(data: bytes) -> bytes:
+    """The serializer of requests already encoded."""
+    return data

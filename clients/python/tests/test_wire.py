@@ -1,0 +1,64 @@
+"""The client's own encoding of its two calls (_wire.py): the fields it reads and writes are
+those of proto/snowmint/v1/snowmint.proto, and it reads what any protobuf writer may send."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from snowmint_client import _wire
+
+PROTO = (Path(__file__).resolve().parents[3] / "proto" / "snowmint" / "v1" / "snowmint.proto").read_text()
+
+
+def fields(message: str) -> dict[str, tuple[str, int]]:
+    body = re.search(rf"^message {message} {{(.*?)^}}", PROTO, re.M | re.S)
+    assert body, f"no message {message} in the proto"
+    found = re.findall(r"^\s+(repeated \w+|\w+) (\w+) = (\d+);", body.group(1), re.M)
+    return {name: (kind, int(number)) for kind, name, number in found}
+
+
+def test_the_fields_are_the_protos() -> None:
+    assert fields("NextIdResponse")["id"] == ("fixed64", 1)
+    assert fields("BatchIdsRequest")["count"] == ("uint32", 1)
+    assert fields("BatchIdsResponse")["ids"] == ("repeated fixed64", 1)
+    assert "package snowmint.v1;" in PROTO
+    assert re.search(r"rpc NextId\(NextIdRequest\) returns \(NextIdResponse\);", PROTO)
+    assert re.search(r"rpc BatchIds\(BatchIdsRequest\) returns \(BatchIdsResponse\);", PROTO)
+    assert (_wire.NEXT_ID, _wire.BATCH_IDS) == ("/snowmint.v1.IdService/NextId", "/snowmint.v1.IdService/BatchIds")
+
+
+def test_requests() -> None:
+    assert _wire.next_id_request() == b""
+    assert _wire.batch_ids_request(0) == b""
+    assert _wire.batch_ids_request(1) == b"\x08\x01"
+    assert _wire.batch_ids_request(300) == b"\x08\xac\x02"
+    assert _wire.batch_ids_request(2**32 - 1) == b"\x08\xff\xff\xff\xff\x0f"
+    with pytest.raises(ValueError):
+        _wire.batch_ids_request(2**32)
+
+
+def test_answers_packed_unpacked_and_with_fields_unknown_here() -> None:
+    ids = [0, 1, 2**63 - 1, 2**64 - 1, 175928847299117063]
+    packed = b"\x0a" + bytes([8 * len(ids)]) + struct.pack(f"<{len(ids)}Q", *ids)
+    assert _wire.batch_ids_response(packed) == ids
+    unpacked = b"".join(b"\x09" + struct.pack("<Q", i) for i in ids)
+    assert _wire.batch_ids_response(unpacked) == ids
+    # texts (2, strings), key_version (3, varint), a fixed32 field 9 and a fixed64 field 10.
+    extra = b"\x12\x02ab\x18\x96\x01" + b"\x4d\x01\x02\x03\x04" + b"\x51" + b"\x00" * 8
+    assert _wire.batch_ids_response(extra + packed + extra) == ids
+    assert _wire.batch_ids_response(b"") == []
+    assert _wire.next_id_response(b"\x09" + struct.pack("<Q", 42) + b"\x12\x00") == 42
+    assert _wire.next_id_response(b"") == 0
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [b"\x09\x01\x02", b"\x0a\x10" + b"\x00" * 8, b"\x0a\x03\x00\x00\x00", b"\x0b", b"\x80", b"\x18"],
+)
+def test_broken_answers_are_refused(broken: bytes) -> None:
+    with pytest.raises(_wire.WireError):
+        _wire.batch_ids_response(broken)
