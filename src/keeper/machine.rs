@@ -1244,12 +1244,17 @@ impl Keeper {
         }
         let written_after_fence =
             |fence: &KnownFence| fence.version.is_some_and(|f| version != Version::Absent && version > f);
-        let raised = if let Stored::Missing { reason } = &read.stored {
-            // Nothing is known of how far the slot was minted: wait out anything anyone could.
-            Some((now.wall_ms.saturating_add(self.config.fence_window_ms), format!("{}: {reason}", read.location)))
-        } else {
-            self.fence.as_ref().filter(|f| !written_after_fence(f)).map(|f| (f.until_ms, f.reason.clone()))
+        // Nothing is known of how far a missing slot was minted: wait out anything anyone
+        // could. A fleet's fence set from a clock ahead of this one may reach further: the
+        // higher of the two stands.
+        let missing = match &read.stored {
+            Stored::Missing { reason } => {
+                Some((now.wall_ms.saturating_add(self.config.fence_window_ms), format!("{}: {reason}", read.location)))
+            }
+            _ => None,
         };
+        let fleet = self.fence.as_ref().filter(|f| !written_after_fence(f)).map(|f| (f.until_ms, f.reason.clone()));
+        let raised = missing.into_iter().chain(fleet).max_by_key(|(until_ms, _)| *until_ms);
         if let Some((until_ms, reason)) = raised
             && slot.floor_ms.is_none_or(|floor| floor < until_ms)
         {
@@ -1976,6 +1981,27 @@ mod tests {
         let slot = granted(&mut k).slots[0].clone();
         assert_eq!(slot.floor_ms, Some(WALL + 53_000));
         assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("history holds 3")), "{slot:?}");
+    }
+
+    /// A missing reservation's own fence (now plus the fence window) can fall short of the
+    /// fleet's fence when this instance's clock reads behind the one that set it: the floor
+    /// is the higher of the two, never the lower.
+    #[test]
+    fn a_missing_reservation_never_floors_below_the_fleets_fence() {
+        let fence = Fence { until_ms: WALL + 80_000, version: Version::At(20), reason: "etcd went back".into() };
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 90, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: (0..1024).filter(|&s| s != 4).collect(), ours: vec![] });
+        exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
+        let missing = Stored::Missing { reason: "no reservation, though the slot's history holds 2 records".into() };
+        exchange(&mut k, at(0), |_| Reply::Reservations {
+            reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: missing }],
+            fence: Some(fence),
+        });
+        exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(30))]));
+        let slot = granted(&mut k).slots[0].clone();
+        assert_eq!(slot.floor_ms, Some(WALL + 80_000), "{slot:?}");
+        assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("went back")), "{slot:?}");
     }
 
     /// Finding 1 of the second reading: a claim that resumes carries the floor of the claim
