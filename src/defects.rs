@@ -40,6 +40,23 @@ pub enum Defect {
     FenceIgnored,
 }
 
+impl Defect {
+    /// Every planted defect.
+    pub const ALL: [Defect; 11] = [
+        Defect::WriteWithoutClaimCheck,
+        Defect::DeadlineFromReply,
+        Defect::StaleFloorRead,
+        Defect::SequenceResetBeforeClockCheck,
+        Defect::ShrinkOnUnknown,
+        Defect::WriteWithoutVersionCheck,
+        Defect::DeadlineOnSuspendingClock,
+        Defect::ClaimNotIdempotent,
+        Defect::ResumeWithOlderFloor,
+        Defect::StaleWriteLandsLate,
+        Defect::FenceIgnored,
+    ];
+}
+
 #[cfg(test)]
 pub use planted::{active, plant};
 

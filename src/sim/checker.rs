@@ -9,8 +9,7 @@
 //! stored reservation (1); a reservation written without holding the slot (3), or lowered
 //! below an ID already minted.
 
-use std::collections::{BTreeMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 
 use super::Us;
 use super::etcd::{Note, Owner};
@@ -27,29 +26,12 @@ pub struct StoreView {
     pub stored: Option<i64>,
 }
 
-/// A hasher for IDs, which are already well spread in their low bits: a multiply is enough.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 #[derive(Debug, Default)]
 pub struct Checker {
-    seen: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    /// Every ID issued so far, as disjoint runs of consecutive IDs: first → last. A minter
+    /// issues runs (a tick's sequence numbers in order), so this stays small where a set of
+    /// IDs would hold millions a schedule.
+    seen: BTreeMap<u64, u64>,
     /// The last ID each connection to each process was given.
     last: BTreeMap<(Owner, u64), u64>,
     /// (slot, owner) → when the owner's claim on the slot took effect.
@@ -133,9 +115,26 @@ impl Checker {
         if ids.windows(2).any(|w| w[0] >= w[1]) {
             self.violation(now, format!("{owner:?} answered a batch that does not strictly increase"));
         }
-        for &id in ids {
-            if !self.seen.insert(id) {
-                self.violation(now, format!("ID {id} issued twice (now by {owner:?})"));
+        // Each slot's IDs of the response, checked against that slot's claim.
+        let mut by_slot: BTreeMap<u32, (u64, i64, usize)> = BTreeMap::new();
+        for run in ids.chunk_by(|a, b| b.checked_sub(*a) == Some(1)) {
+            let (first, last) = (run[0], run[run.len() - 1]);
+            if let Some(taken) = self.record(first, last) {
+                self.violation(now, format!("ID {taken} issued twice (now by {owner:?})"));
+            }
+            let (a, b) = (layout.unpack(first), layout.unpack(last));
+            // A run stays in one tick and slot, but for the sequence's carry into the next
+            // slot's bits: such a run is taken an ID at a time.
+            let parts: Vec<_> = if (a.tick, a.worker) == (b.tick, b.worker) {
+                vec![(a, run.len())]
+            } else {
+                run.iter().map(|&id| (layout.unpack(id), 1)).collect()
+            };
+            for (parts, count) in parts {
+                let entry = by_slot.entry(parts.worker as u32).or_insert((u64::MAX, i64::MIN, 0));
+                entry.0 = entry.0.min(parts.tick);
+                entry.1 = entry.1.max(layout.tick_end_ms(parts.tick));
+                entry.2 += count;
             }
         }
         if let (Some(&last), Some(&first)) = (self.last.get(&(owner, connection)), ids.first())
@@ -146,18 +145,35 @@ impl Checker {
         if let Some(&last) = ids.last() {
             self.last.insert((owner, connection), last);
         }
-        // Each slot's IDs of the response, checked against that slot's claim.
-        let mut by_slot: BTreeMap<u32, (u64, i64, usize)> = BTreeMap::new();
-        for &id in ids {
-            let parts = layout.unpack(id);
-            let entry = by_slot.entry(parts.worker as u32).or_insert((u64::MAX, i64::MIN, 0));
-            entry.0 = entry.0.min(parts.tick);
-            entry.1 = entry.1.max(layout.tick_end_ms(parts.tick));
-            entry.2 += 1;
-        }
         for (slot, (lowest, tick_end, count)) in by_slot {
             self.check_slot(now, layout, owner, session, slot, lowest, tick_end, count, view(slot));
         }
+    }
+
+    /// Records the IDs `first..=last` as issued; the lowest of them issued before, if any.
+    fn record(&mut self, first: u64, last: u64) -> Option<u64> {
+        // The run that starts at or below `last` nearest to it, and the one before `first`.
+        if let Some((&start, &end)) = self.seen.range(..=last).next_back()
+            && end >= first
+        {
+            return Some(start.max(first));
+        }
+        // Disjoint: merge with the runs just before and just after, when they touch.
+        let mut from = first;
+        let mut to = last;
+        if let Some((&start, &end)) = self.seen.range(..first).next_back()
+            && end.checked_add(1) == Some(first)
+        {
+            from = start;
+            self.seen.remove(&start);
+        }
+        if let Some(after) = last.checked_add(1)
+            && let Some(end) = self.seen.remove(&after)
+        {
+            to = end;
+        }
+        self.seen.insert(from, to);
+        None
     }
 
     /// Checks `count` IDs minted on `slot` (ticks from `lowest`, the last one ending at
@@ -248,5 +264,26 @@ impl Checker {
         }
         let max = self.minted_max.entry(slot).or_insert(i64::MIN);
         *max = (*max).max(tick_end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Checker;
+
+    #[test]
+    fn runs_merge_and_any_overlap_is_a_duplicate() {
+        let mut c = Checker::default();
+        assert_eq!(c.record(10, 19), None);
+        assert_eq!(c.record(30, 39), None);
+        assert_eq!(c.record(20, 29), None, "touching runs are not duplicates");
+        assert_eq!(c.seen.len(), 1, "and merge into one: {:?}", c.seen);
+        assert_eq!(c.record(5, 10), Some(10));
+        assert_eq!(c.record(39, 45), Some(39));
+        assert_eq!(c.record(25, 25), Some(25));
+        assert_eq!(c.record(0, 4), None);
+        assert_eq!(c.record(40, 40), None);
+        assert_eq!(c.record(u64::MAX, u64::MAX), None);
+        assert_eq!(c.record(u64::MAX - 1, u64::MAX), Some(u64::MAX));
     }
 }

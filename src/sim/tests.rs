@@ -203,10 +203,18 @@ fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
     caught(Defect::ClaimNotIdempotent);
 }
 
-/// Finding 1 of the second reading, put back. It shows only when the minter mints nothing
-/// under the middle claim and its clock lags the other holder's range: the schedules whose
-/// machines' clocks stand apart and whose clients fall quiet now and then reach it.
+/// Finding 1 of the second reading, put back. It shows only when a holder's middle claim
+/// mints nothing, loses its lease and resumes within one window of the other holder's write,
+/// its clock behind that holder's range. The sweeps that caught it (seeds 4,185 and 6,249 of
+/// 8,000; 1,091 of 1,500 in a draw with contended hand-overs) caught it through a different
+/// path: a missing reservation's fence below the fleet's fence, since fixed
+/// (`keeper::machine::tests::a_missing_reservation_never_floors_below_the_fleets_fence`).
+/// With that fixed, no sweep of 3,000 reaches it; the keeper's unit test
+/// `a_resumed_claim_carries_the_floor_of_the_claim_it_continues` catches it directly.
+/// `SNOWMINT_SIM_DEFECT=ResumeWithOlderFloor cargo test --lib sim::tests::schedules_that_catch
+/// -- --ignored --nocapture` measures a draw's power against it.
 #[test]
+#[ignore = "the sweep does not reach this defect; its unit test in keeper::machine does"]
 fn a_resumed_claim_with_an_older_floor_is_caught() {
     caught(Defect::ResumeWithOlderFloor);
 }
@@ -249,4 +257,19 @@ fn long_sweep() {
         Some(failure) => panic!("{}", describe(failure)),
         None => println!("violations     0"),
     }
+}
+
+/// Which schedules of `SNOWMINT_SIM_FIRST..+SNOWMINT_SIM_SCHEDULES` catch the defect named
+/// in `SNOWMINT_SIM_DEFECT` (its `Debug` name): for tuning the sweep's power.
+#[test]
+#[ignore = "diagnostics"]
+fn schedules_that_catch() {
+    let name = std::env::var("SNOWMINT_SIM_DEFECT").expect("SNOWMINT_SIM_DEFECT names a defect");
+    let defect = Defect::ALL.into_iter().find(|d| format!("{d:?}") == name).expect("a known defect");
+    let n = std::env::var("SNOWMINT_SIM_SCHEDULES").map_or(1_000, |v| v.parse().expect("a number"));
+    let first = std::env::var("SNOWMINT_SIM_FIRST").map_or(1, |v| v.parse().expect("a number"));
+    defects::plant(Some(defect));
+    let caught: Vec<u64> = (first..first + n).filter(|&seed| !run(seed).violations.is_empty()).collect();
+    defects::plant(None);
+    println!("{name}: {} of {n} schedules catch it: {caught:?}", caught.len());
 }
