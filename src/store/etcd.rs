@@ -551,7 +551,7 @@ impl EtcdStore {
 
     /// Sets the fleet's fence, unless a higher one stands.
     async fn set_fence(&mut self, until_ms: i64, reason: &str) -> Result<Reply, String> {
-        let key = format!("{}/fence", self.prefix);
+        let key = fence_key(&self.prefix);
         let value =
             serde_json::to_string(&FenceRecord { until_ms, until: rfc3339_ms(until_ms), reason: reason.to_string() })
                 .expect("fence serializes");
@@ -617,7 +617,7 @@ impl EtcdStore {
             // The keep-alive's answer shows no header here: one read of the fence key (the
             // smallest linearizable request) looks at etcd's state, so that an instance that
             // mints nothing still finds a restored snapshot within one renewal.
-            let key = format!("{}/fence", self.prefix);
+            let key = fence_key(&self.prefix);
             let options = GetOptions::new().with_count_only();
             if let Ok(got) =
                 self.etcd.attempt("read fence", |mut c| async move { c.get(key, Some(options)).await }).await
@@ -745,10 +745,15 @@ fn slot_of(workers: &str, key: &[u8]) -> Option<u32> {
 /// The most keys one page of the clock sample's key reads asks for (keys only: about 20 KB).
 const SAMPLE_PAGE_MAX: i64 = 512;
 
+/// The fleet's fence: a floor for every claim of a slot written before it was set.
+pub(crate) fn fence_key(prefix: &str) -> String {
+    format!("{prefix}/fence")
+}
+
 /// One get of each slot's reservation, in the order of `slots`, then one of the fence.
 fn read_plan(prefix: &str, slots: &[u32]) -> TxnPlan {
     let mut then: Vec<TxnOp> = slots.iter().map(|&slot| TxnOp::get(key(prefix, "reservations", slot), None)).collect();
-    then.push(TxnOp::get(format!("{prefix}/fence"), None));
+    then.push(TxnOp::get(fence_key(prefix), None));
     TxnPlan { then, ..TxnPlan::default() }
 }
 

@@ -27,6 +27,14 @@
 //! write is) and the fleet one new revision per interval (the winner's put), besides the
 //! compaction itself.
 //!
+//! etcd restored from an older snapshot hands its revisions out again, so a revision seen a
+//! round before the restore may be reached again seconds after it: compacting to it would
+//! keep almost none of the new history. The round's transaction also reads the fleet's
+//! fence key (`<prefix>/fence`), which the restore procedure sets: a fence that changed
+//! since the last round, or an answer whose header shows etcd went back (the task's
+//! [`went_back`](Compactor::went_back)), drops the revision seen, so the next compaction is
+//! to a revision seen after it, an interval of the new history kept.
+//!
 //! A round or a compaction that fails is counted and retried at the next round; nothing here
 //! ever touches minting. A compaction to a revision etcd already compacted (by its own
 //! `--auto-compaction-*`, or an operator) is answered "required revision has been
@@ -45,12 +53,13 @@ pub enum Request {
     Compact { revision: i64 },
 }
 
-/// etcd's answer.
+/// etcd's answer. `fence`: the fence key's mod revision, if it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// The compare held: the put applied. `revision`: etcd's revision after it.
     Won {
         revision: i64,
+        fence: Option<i64>,
     },
     /// The compare failed: the key's version now (0 when it does not exist), the revision its
     /// last writer compacts to (if it holds one), and etcd's revision.
@@ -58,6 +67,7 @@ pub enum Reply {
         version: i64,
         compact_to: Option<i64>,
         revision: i64,
+        fence: Option<i64>,
     },
     /// The compaction applied.
     Compacted,
@@ -81,6 +91,8 @@ pub enum Event {
     Lost { compact_to: Option<i64> },
     /// The round's transaction (`what` = "round") or the compaction failed.
     Failed { what: &'static str, error: String },
+    /// etcd's history went back (a restore): nothing seen before it is compacted to.
+    WentBack { detail: String },
 }
 
 /// Who compacts, and to which revision.
@@ -97,6 +109,8 @@ pub struct Compactor {
     /// A compaction this instance won the right to, not yet sent.
     to_compact: Option<i64>,
     in_flight: Option<Request>,
+    /// The fence key's mod revision at the last round answered (`None`: no round yet).
+    fence: Option<Option<i64>>,
     events: VecDeque<Event>,
 }
 
@@ -110,6 +124,7 @@ impl Compactor {
             next_round: first,
             to_compact: None,
             in_flight: None,
+            fence: None,
             events: VecDeque::new(),
         }
     }
@@ -143,20 +158,48 @@ impl Compactor {
         }
     }
 
+    /// etcd went back in time (an answer's header below one seen before, or another
+    /// cluster): the revision seen is of the history before, and no compaction to it is
+    /// made.
+    pub fn went_back(&mut self, detail: String) {
+        self.seen_revision = None;
+        self.to_compact = None;
+        self.events.push_back(Event::WentBack { detail });
+    }
+
+    /// Takes in the fence a round's answer read: one that changed since the last round
+    /// marks a restore.
+    fn saw_fence(&mut self, fence: Option<i64>) {
+        if let Some(before) = self.fence.replace(fence)
+            && before != fence
+        {
+            let detail = format!("the fleet's fence changed (mod revision {before:?}, now {fence:?})");
+            self.went_back(detail);
+        }
+    }
+
     /// etcd's answer to the request in flight.
     pub fn handle_reply(&mut self, reply: Reply) {
         let Some(request) = self.in_flight.take() else { return };
+        if let Reply::Won { fence, .. } | Reply::Lost { fence, .. } = &reply {
+            self.saw_fence(*fence);
+        }
         match (request, reply) {
-            (Request::Round { .. }, Reply::Won { revision }) => {
+            (Request::Round { .. }, Reply::Won { revision, .. }) => {
                 self.version += 1;
                 // The revision seen a round ago (at least one interval of history is kept);
                 // nothing on this instance's first round.
-                match self.seen_revision.replace(revision).filter(|&r| r > 0) {
+                let compact_to = if crate::defects::active(crate::defects::Defect::CompactToCurrent) {
+                    self.seen_revision.replace(revision).map(|_| revision)
+                } else {
+                    self.seen_revision.replace(revision)
+                };
+                match compact_to.filter(|&r| r > 0) {
                     Some(to) => self.to_compact = Some(to),
                     None => self.events.push_back(Event::WonFirstRound),
                 }
             }
-            (Request::Round { .. }, Reply::Lost { version, compact_to, revision }) => {
+            (Request::Round { .. }, Reply::Lost { version, compact_to, revision, .. }) => {
                 self.version = version;
                 self.seen_revision = Some(revision);
                 self.events.push_back(Event::Lost { compact_to });
@@ -203,6 +246,7 @@ mod tests {
         value: Option<i64>,
         revision: i64,
         compacted: i64,
+        fence: Option<i64>,
     }
 
     impl Key {
@@ -213,11 +257,14 @@ mod tests {
                     self.version += 1;
                     self.value = Some(compact_to);
                     self.revision += 1;
-                    Reply::Won { revision: self.revision }
+                    Reply::Won { revision: self.revision, fence: self.fence }
                 }
-                Request::Round { .. } => {
-                    Reply::Lost { version: self.version, compact_to: self.value, revision: self.revision }
-                }
+                Request::Round { .. } => Reply::Lost {
+                    version: self.version,
+                    compact_to: self.value,
+                    revision: self.revision,
+                    fence: self.fence,
+                },
                 Request::Compact { revision } if revision <= self.compacted => Reply::AlreadyCompacted,
                 Request::Compact { revision } => {
                     assert!(revision <= self.revision, "compacted to a future revision");
@@ -286,6 +333,35 @@ mod tests {
         assert!(matches!(events[..], [Event::Lost { compact_to: Some(r) }] if r == seen), "{events:?}");
     }
 
+    /// etcd restored from a snapshot hands its revisions out again: a revision seen before
+    /// the restore is reached again soon after it when the fleet writes fast. The fence the
+    /// restore procedure sets shows it: that round compacts nothing, and the next compacts to
+    /// a revision seen after the restore, an interval of the new history kept.
+    #[test]
+    fn a_restore_compacts_nothing_seen_before_it() {
+        let mut key = Key::default();
+        let mut c = Compactor::new(INTERVAL, secs(0));
+        key.revision = 1_000;
+        run(&mut c, &mut key, secs(0));
+        // Restored from a snapshot taken at revision 400 (after the round's put), fenced,
+        // and written past 1,001 again within the interval.
+        key.revision = 401;
+        key.fence = Some(401);
+        key.revision = 1_100;
+        let events = run(&mut c, &mut key, secs(300));
+        assert!(!events.iter().any(|e| matches!(e, Event::Compacted { .. })), "compacted the new history: {events:?}");
+        assert!(events.iter().any(|e| matches!(e, Event::WentBack { .. })), "{events:?}");
+        assert_eq!(key.compacted, 0);
+        key.revision += 50;
+        let events = run(&mut c, &mut key, secs(600));
+        assert_eq!(events, vec![Event::Compacted { revision: 1_101 }]);
+        // A header below one seen before, told by the task, does the same.
+        key.revision += 50;
+        c.went_back("etcd's revision is 7, below 1,201 seen before".into());
+        let events = run(&mut c, &mut key, secs(900));
+        assert!(!events.iter().any(|e| matches!(e, Event::Compacted { .. })), "{events:?}");
+    }
+
     #[test]
     fn failures_and_compactions_already_done_are_counted_and_never_stop_the_rounds() {
         let mut key = Key::default();
@@ -317,10 +393,10 @@ mod tests {
     fn a_late_round_does_not_bring_the_next_one_closer() {
         let mut c = Compactor::new(INTERVAL, secs(0));
         assert!(c.poll_request(secs(0)).is_some());
-        c.handle_reply(Reply::Won { revision: 5 });
+        c.handle_reply(Reply::Won { revision: 5, fence: None });
         // The process was paused for an hour: one round now, the next an interval later.
         assert!(c.poll_request(secs(3_600)).is_some());
-        c.handle_reply(Reply::Lost { version: 3, compact_to: Some(4), revision: 9 });
+        c.handle_reply(Reply::Lost { version: 3, compact_to: Some(4), revision: 9, fence: None });
         assert_eq!(c.poll_timeout(), Some(secs(3_600 + 300)));
     }
 }

@@ -16,7 +16,7 @@ use super::compactor::{Compactor, Event, Reply, Request};
 use crate::clock::Clock;
 use crate::metrics::{ALREADY_COMPACTED, COMPACTED, Metrics, RESULT_FAILED};
 use crate::store::alarm::{Alarm, AlarmWatch};
-use crate::store::etcd::{Endpoints, EtcdConfig};
+use crate::store::etcd::{Endpoints, EtcdConfig, Horizon, fence_key};
 
 /// How often etcd's alarms are polled (the status of one member: a local read, no write).
 const ALARM_POLL: Duration = Duration::from_secs(30);
@@ -64,6 +64,8 @@ pub async fn spawn(
     let upkeep = Upkeep {
         etcd,
         key: compaction_key(&config.prefix),
+        fence_key: fence_key(&config.prefix),
+        horizon: Horizon::default(),
         compactor,
         alarms,
         clock,
@@ -89,6 +91,10 @@ fn fraction(seed: u64) -> f64 {
 struct Upkeep {
     etcd: Endpoints,
     key: String,
+    /// Read with each round: the restore procedure sets it (see [`Compactor`]).
+    fence_key: String,
+    /// The latest state of etcd the rounds saw: a header below it means etcd went back.
+    horizon: Horizon,
     compactor: Option<Compactor>,
     alarms: AlarmWatch,
     clock: Arc<dyn Clock>,
@@ -139,25 +145,34 @@ impl Upkeep {
         match request {
             Request::Round { expect_version, compact_to } => {
                 let key = self.key.clone();
+                let fence = TxnOp::get(self.fence_key.clone(), None);
                 let txn = Txn::new()
                     .when([Compare::version(key.clone(), CompareOp::Equal, expect_version)])
-                    .and_then([TxnOp::put(key.clone(), compact_to.to_string(), None)])
-                    .or_else([TxnOp::get(key, None)]);
+                    .and_then([TxnOp::put(key.clone(), compact_to.to_string(), None), fence.clone()])
+                    .or_else([TxnOp::get(key, None), fence]);
                 let answer = self.etcd.attempt("compaction round", |mut c| async move { c.txn(txn).await }).await;
                 match answer {
                     Ok(response) => {
                         let revision = response.header().map_or(0, |h| h.revision());
-                        if response.succeeded() {
-                            self.etcd.write_applied();
-                            return Reply::Won { revision };
+                        if let Some(header) = response.header()
+                            && let Some(detail) = self.horizon.saw(header.cluster_id(), header.revision())
+                            && let Some(compactor) = &mut self.compactor
+                        {
+                            compactor.went_back(detail);
                         }
-                        let kv = match response.op_responses().first() {
+                        let got = |i: usize| match response.op_responses().get(i) {
                             Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
                             _ => None,
                         };
+                        let fence = got(1).map(|kv| kv.mod_revision());
+                        if response.succeeded() {
+                            self.etcd.write_applied();
+                            return Reply::Won { revision, fence };
+                        }
+                        let kv = got(0);
                         let version = kv.as_ref().map_or(0, |kv| kv.version());
                         let compact_to = kv.and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok());
-                        Reply::Lost { version, compact_to, revision }
+                        Reply::Lost { version, compact_to, revision, fence }
                     }
                     Err(error) => Reply::Failed { error },
                 }
@@ -211,6 +226,9 @@ impl Upkeep {
                 Event::Failed { what, error } => {
                     m.etcd_compactions.with_label_values(&[RESULT_FAILED]).inc();
                     tracing::warn!(what, %error, "etcd compaction failed; trying again next round");
+                }
+                Event::WentBack { detail } => {
+                    tracing::warn!(%detail, "etcd went back in time: compacting only history seen after it")
                 }
             }
         }
