@@ -38,11 +38,14 @@ pub enum Defect {
     /// whether it is missing (issue 23: a restored snapshot's reservations, a deleted key,
     /// trusted as the latest).
     FenceIgnored,
+    /// The compactor compacts to the revision its winning round saw, keeping no history
+    /// (issue 23: the retention of at least one interval dropped).
+    CompactToCurrent,
 }
 
 impl Defect {
     /// Every planted defect.
-    pub const ALL: [Defect; 11] = [
+    pub const ALL: [Defect; 12] = [
         Defect::WriteWithoutClaimCheck,
         Defect::DeadlineFromReply,
         Defect::StaleFloorRead,
@@ -54,6 +57,7 @@ impl Defect {
         Defect::ResumeWithOlderFloor,
         Defect::StaleWriteLandsLate,
         Defect::FenceIgnored,
+        Defect::CompactToCurrent,
     ];
 }
 

@@ -46,6 +46,9 @@ pub struct Checker {
     /// Slots whose reservation key an operator deleted by hand: what is stored (nothing, for
     /// a while) may be less than its holder wrote and saw confirmed.
     deleted: std::collections::BTreeSet<u32>,
+    /// The least history a compaction may keep (the compactor's interval, less a call's
+    /// timeout and the clocks' rate error); zero where the fleet does not compact.
+    pub compaction_min_kept_us: Us,
     pub violations: Vec<String>,
     pub ids: u64,
     pub responses: u64,
@@ -87,6 +90,18 @@ impl Checker {
             Note::Restored => self.restored = true,
             Note::ReservationDeleted { slot } => {
                 self.deleted.insert(slot);
+            }
+            Note::Compacted { revision, kept_us } => {
+                if kept_us < self.compaction_min_kept_us {
+                    self.violation(
+                        now,
+                        format!(
+                            "etcd's history compacted to revision {revision}, reached only {:.3} s before, under the {:.3} s retention",
+                            kept_us as f64 / 1e6,
+                            self.compaction_min_kept_us as f64 / 1e6
+                        ),
+                    );
+                }
             }
         }
     }

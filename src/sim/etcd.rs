@@ -9,6 +9,14 @@
 //! transaction of more than 128 operations is refused whole: a read of more than
 //! [`MAX_READS`] slots or a write of more than [`MAX_WRITES`], as the store builds them.
 //!
+//! Compaction (the fleet's compactor, [`crate::upkeep::compactor`]): the round is a
+//! transaction on the compaction key's version that also reads the fence key; a compaction
+//! to a revision at or below the one compacted is answered "already compacted", one above
+//! the current revision "future revision". Compaction removes only superseded versions, so
+//! every read and compare the stores make (the latest value of a key, its mod revision) is
+//! answered as before it; no store call reads at a past revision. It is allowed under the
+//! NOSPACE alarm (the round's put is not). A snapshot keeps the compacted revision.
+//!
 //! etcd's NOSPACE alarm refuses every request that may write, and nothing else. Beyond the
 //! stores' calls, the operator's: a reservation key deleted by hand, and the
 //! whole state restored from a snapshot taken earlier (`etcdctl snapshot restore`): keys,
@@ -23,6 +31,7 @@ use super::Us;
 use crate::store::{
     Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version,
 };
+use crate::upkeep::compactor;
 
 /// Which process sent a request: (node, incarnation).
 pub type Owner = (usize, u32);
@@ -34,6 +43,8 @@ pub enum Key {
     /// The slot's history holds records.
     History(u32),
     Fence,
+    /// The compaction key: what its last writer compacts to, and its version.
+    Compaction,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +53,7 @@ pub enum Value {
     Reservation(i64),
     Used,
     Fence(i64),
+    Compaction { compact_to: i64, version: i64 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +81,9 @@ pub enum Note {
     Restored,
     /// An operator deleted `slot`'s reservation key.
     ReservationDeleted { slot: u32 },
+    /// etcd's history was compacted up to `revision`, which etcd first reached `kept_us`
+    /// before (on the history as it is now, restores included).
+    Compacted { revision: i64, kept_us: Us },
     /// The slot's worker key went away (lease expired or revoked, released, deleted by hand).
     Freed { slot: u32 },
 }
@@ -80,11 +95,16 @@ struct Snapshot {
     kv: BTreeMap<Key, Kv>,
     leases: BTreeMap<i64, Lease>,
     written_at: BTreeMap<u32, i64>,
+    compacted: i64,
 }
 
 #[derive(Debug, Default)]
 pub struct EtcdModel {
     rev: i64,
+    /// History up to this revision is compacted.
+    compacted: i64,
+    /// When each revision was first reached, on the history as it is now: (instant, revision).
+    revisions: Vec<(Us, i64)>,
     kv: BTreeMap<Key, Kv>,
     leases: BTreeMap<i64, Lease>,
     next_lease: i64,
@@ -103,6 +123,9 @@ pub struct EtcdModel {
 
 impl EtcdModel {
     fn set(&mut self, now: Us, key: Key, kv: Option<Kv>) {
+        if self.revisions.last().is_none_or(|&(_, r)| r < self.rev) {
+            self.revisions.push((now, self.rev));
+        }
         match &kv {
             Some(kv) => {
                 self.kv.insert(key, kv.clone());
@@ -167,6 +190,7 @@ impl EtcdModel {
             kv: self.kv.clone(),
             leases: self.leases.clone(),
             written_at: self.written_at.clone(),
+            compacted: self.compacted,
         };
         self.snapshots.push((now, snapshot));
         if self.snapshots.len() > 8 {
@@ -190,6 +214,9 @@ impl EtcdModel {
             })
             .collect();
         self.rev = snapshot.rev;
+        // The revisions above the snapshot's are handed out again.
+        self.revisions.retain(|&(_, r)| r <= snapshot.rev);
+        self.compacted = snapshot.compacted;
         self.kv = snapshot.kv;
         self.leases = snapshot.leases;
         for lease in self.leases.values_mut() {
@@ -240,6 +267,45 @@ impl EtcdModel {
         let create_rev = self.kv.get(&Key::Fence).map_or(self.rev, |kv| kv.create_rev);
         let kv = Kv { value: Value::Fence(until_ms), create_rev, mod_rev: self.rev, lease: 0 };
         self.set(now, Key::Fence, Some(kv));
+    }
+
+    /// A request of an instance's compactor.
+    pub fn compaction(&mut self, now: Us, request: &compactor::Request) -> compactor::Reply {
+        self.expire(now);
+        let fence = self.kv.get(&Key::Fence).map(|kv| kv.mod_rev);
+        match *request {
+            compactor::Request::Round { .. } if now < self.nospace_until => {
+                compactor::Reply::Failed { error: "etcdserver: mvcc: database space exceeded".into() }
+            }
+            compactor::Request::Round { expect_version, compact_to } => {
+                let (version, value, create_rev) = match self.kv.get(&Key::Compaction) {
+                    Some(Kv { value: Value::Compaction { compact_to, version }, create_rev, .. }) => {
+                        (*version, Some(*compact_to), *create_rev)
+                    }
+                    _ => (0, None, 0),
+                };
+                if version != expect_version {
+                    return compactor::Reply::Lost { version, compact_to: value, revision: self.rev, fence };
+                }
+                self.rev += 1;
+                let create_rev = if version == 0 { self.rev } else { create_rev };
+                let value = Value::Compaction { compact_to, version: version + 1 };
+                self.set(now, Key::Compaction, Some(Kv { value, create_rev, mod_rev: self.rev, lease: 0 }));
+                compactor::Reply::Won { revision: self.rev, fence }
+            }
+            compactor::Request::Compact { revision } if revision <= self.compacted => {
+                compactor::Reply::AlreadyCompacted
+            }
+            compactor::Request::Compact { revision } if revision > self.rev => {
+                compactor::Reply::Failed { error: "etcdserver: mvcc: required revision is a future revision".into() }
+            }
+            compactor::Request::Compact { revision } => {
+                self.compacted = revision;
+                let reached = self.revisions.iter().find(|&&(_, r)| r >= revision).map_or(now, |&(t, _)| t);
+                self.notes.push(Note::Compacted { revision, kept_us: now - reached });
+                compactor::Reply::Compacted
+            }
+        }
     }
 
     /// An operator deletes the worker key of `slot` by hand.

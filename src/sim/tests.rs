@@ -17,6 +17,7 @@ struct Sweep {
     ids: u64,
     faults: BTreeMap<&'static str, u64>,
     minted_on_lost_key: u64,
+    compactions: u64,
     /// The first failing seed and what it broke.
     failure: Option<(u64, Vec<String>)>,
 }
@@ -46,6 +47,7 @@ fn sweep_until(seeds: &[u64], defect: Option<Defect>, deadline: Option<Instant>)
         sweep.schedules += 1;
         sweep.ids += report.ids;
         sweep.minted_on_lost_key += report.minted_on_lost_key;
+        sweep.compactions += report.compactions;
         for (fault, n) in report.faults {
             *sweep.faults.entry(fault).or_default() += n;
         }
@@ -74,6 +76,7 @@ fn the_default_sweep_finds_no_violation_first_half() {
         panic!("{}", describe(failure));
     }
     assert!(result.ids > 0, "the sweep minted nothing");
+    assert!(result.compactions > 100, "the fleets compacted etcd's history {} times", result.compactions);
 }
 
 #[test]
@@ -226,6 +229,13 @@ fn a_floor_that_ignores_the_fence_is_caught() {
     caught(Defect::FenceIgnored);
 }
 
+/// Issue 23: the compactor keeping no history (compacting to the revision its winning
+/// round saw, not the one of a round before).
+#[test]
+fn a_compaction_that_keeps_no_history_is_caught() {
+    caught(Defect::CompactToCurrent);
+}
+
 #[test]
 fn a_stalled_state_file_write_landing_after_a_newer_one_is_caught() {
     caught(Defect::StaleWriteLandsLate);
@@ -249,6 +259,7 @@ fn long_sweep() {
     println!("schedules/s    {:.0}", result.schedules as f64 / secs);
     println!("IDs checked    {}", result.ids);
     println!("minted on a key deleted by hand, within the reservation: {}", result.minted_on_lost_key);
+    println!("etcd's history compacted by the fleets: {} times", result.compactions);
     println!("faults injected:");
     for (fault, n) in &result.faults {
         println!("  {fault:<32} {n}");

@@ -31,6 +31,7 @@ use crate::minter::task::PROGRESS_EVERY_MS;
 use crate::minter::{Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use crate::store::etcd::Horizon;
 use crate::store::{Outcome, Reply, Request, SessionId};
+use crate::upkeep::compactor::{self, Compactor};
 
 /// Unix µs at simulated time zero: well after the layout's epoch.
 const WALL_AT_ZERO_US: i64 = 1_780_000_000_000_000;
@@ -97,6 +98,8 @@ pub struct Params {
     /// spread, which the fleet's check does not bound here (its bound is an hour or none):
     /// the machines' skew and the clock faults' steps of up to 3 s each.
     pub fence_window_ms: i64,
+    /// The fleet's compaction interval (etcd schedules; `None`: compaction off).
+    pub compaction_interval: Option<Duration>,
 }
 
 impl Params {
@@ -148,6 +151,8 @@ impl Params {
         };
         let bursty = rng.chance(0.35);
         let lost_state = mode == Mode::Etcd && rng.chance(0.3);
+        let compaction_interval =
+            (mode == Mode::Etcd && rng.chance(0.8)).then(|| Duration::from_millis(rng.between(1_000, 4_000)));
         let spread_ms = 2 * skew_us / 1_000 + 10_000;
         let fence_window_ms = crate::keeper::fence_window_ms(ttl, max_clock_drift, window_ms, Some(spread_ms));
         // Two clocks apart by twice the skew: a holder behind waits that much more; after a
@@ -175,6 +180,7 @@ impl Params {
             bursty,
             lost_state,
             fence_window_ms,
+            compaction_interval,
         }
     }
 
@@ -314,6 +320,26 @@ enum Ev {
     },
     /// A snapshot of etcd is taken (a backup, every second or so).
     Snapshot,
+    /// The compactor's timer.
+    CompactorWake {
+        m: usize,
+        inc: u32,
+    },
+    /// A compactor's request reaches etcd; its answer comes back after `back` (none: the
+    /// caller gave up on it first).
+    CompactorArrive {
+        m: usize,
+        inc: u32,
+        request: compactor::Request,
+        back: Option<Us>,
+    },
+    /// etcd's answer to a compactor, with the revision in its header.
+    CompactorAnswer {
+        m: usize,
+        inc: u32,
+        reply: compactor::Reply,
+        revision: Option<i64>,
+    },
     /// A network trouble ends.
     NetworkHeals {
         m: usize,
@@ -374,6 +400,11 @@ struct Process {
     memory_saved: Us,
     /// The latest state of the store this process has seen, as the etcd store keeps it.
     horizon: Horizon,
+    /// The fleet's compactor, as the upkeep task runs it (etcd mode, unless off), with the
+    /// latest state of etcd its answers showed and its timer's instant.
+    compactor: Option<Compactor>,
+    compactor_horizon: Horizon,
+    compactor_timer: Option<Us>,
 }
 
 /// A machine: its clocks, its disk and its current process.
@@ -466,6 +497,8 @@ pub struct Report {
     pub digest: u64,
     /// Events handled.
     pub events: u64,
+    /// Compactions of etcd's history the fleet made.
+    pub compactions: u64,
 }
 
 pub struct World {
@@ -539,6 +572,11 @@ impl World {
                 machine
             })
             .collect();
+        // A round's answer comes within a call timeout of its send, and the next round an
+        // interval later on a clock whose rate is within 250 ppm.
+        let compaction_min_kept_us = params
+            .compaction_interval
+            .map_or(0, |interval| (interval.as_micros() as u64 * 9_997 / 10_000).saturating_sub(params.call_timeout()));
         let mut world = World {
             params,
             rng,
@@ -555,6 +593,7 @@ impl World {
             metrics: Metrics::new(),
             tracing: std::env::var_os("SNOWMINT_SIM_TRACE").is_some(),
         };
+        world.checker.compaction_min_kept_us = compaction_min_kept_us;
         for m in 0..world.machines.len() {
             let at = world.rng.between(0, 300) * MS;
             world.schedule(at, Ev::Start { m });
@@ -740,6 +779,55 @@ impl World {
                     self.schedule(next, Ev::Snapshot);
                 }
             }
+            Ev::CompactorWake { m, inc } => {
+                if self.deferred(m, &Ev::CompactorWake { m, inc }) || !self.is_current(m, inc) {
+                    return;
+                }
+                let now = self.now;
+                let p = self.process_mut(m);
+                if p.compactor_timer != Some(now) {
+                    return;
+                }
+                p.compactor_timer = None;
+                self.compactor_step(m);
+            }
+            Ev::CompactorArrive { m, inc, request, back } => {
+                if self.now < self.etcd_down_until {
+                    return;
+                }
+                let reply = self.etcd.compaction(self.now, &request);
+                for note in std::mem::take(&mut self.etcd.notes) {
+                    self.checker.note(self.now, note);
+                }
+                if let compactor::Reply::Compacted = reply {
+                    self.report.compactions += 1;
+                }
+                if let Some(back) = back {
+                    let revision = Some(self.etcd.revision());
+                    self.schedule(self.now + back, Ev::CompactorAnswer { m, inc, reply, revision });
+                }
+            }
+            Ev::CompactorAnswer { m, inc, reply, revision } => {
+                let ev = Ev::CompactorAnswer { m, inc, reply, revision };
+                if self.deferred(m, &ev) || !self.is_current(m, inc) {
+                    return;
+                }
+                let Ev::CompactorAnswer { reply, revision, .. } = ev else { unreachable!() };
+                let (tracing, now) = (self.tracing, self.now);
+                let p = self.process_mut(m);
+                if let Some(compactor) = p.compactor.as_mut() {
+                    if let Some(detail) = revision.and_then(|r| p.compactor_horizon.saw(1, r)) {
+                        compactor.went_back(detail);
+                    }
+                    compactor.handle_reply(reply);
+                    while let Some(event) = compactor.poll_event() {
+                        if tracing {
+                            eprintln!("{:>10.6} m{m} compactor {event:?}", now as f64 / 1e6);
+                        }
+                    }
+                }
+                self.compactor_step(m);
+            }
             Ev::NetworkHeals { m, kind } => {
                 let machine = &mut self.machines[m];
                 match kind {
@@ -863,7 +951,18 @@ impl World {
             },
             memory_saved: now,
             horizon: Horizon::default(),
+            compactor: None,
+            compactor_horizon: Horizon::default(),
+            compactor_timer: None,
         });
+        if self.params.mode == Mode::Etcd
+            && let Some(interval) = self.params.compaction_interval
+        {
+            // The first round at a random point within an interval, as the task spreads them.
+            let first = self.machines[m].boot(now) + interval.mul_f64(self.rng.below(1_000) as f64 / 1_000.0);
+            self.process_mut(m).compactor = Some(Compactor::new(interval, first));
+            self.compactor_step(m);
+        }
         self.step(m);
     }
 
@@ -1099,6 +1198,39 @@ impl World {
             // The closure borrows the store mutably for lazy lease expiry.
             let view = RefCell::new(view);
             self.checker.issued(now, &layout, owner, connection, session, &ids, |slot| (view.borrow_mut())(slot));
+        }
+    }
+
+    /// Sends the compactor's due request, if any, as the upkeep task does (one at a time,
+    /// given up after a call timeout), and sets its timer.
+    fn compactor_step(&mut self, m: usize) {
+        let boot = self.machines[m].boot(self.now);
+        let Some(p) = self.machines[m].process.as_mut() else { return };
+        let inc = p.inc;
+        let Some(compactor) = p.compactor.as_mut() else { return };
+        if let Some(request) = compactor.poll_request(boot) {
+            self.trace(|| format!("m{m} compactor sends {request:?}"));
+            let timeout = self.params.call_timeout();
+            let lost = self.machines[m].partitioned || self.now < self.etcd_down_until || self.rng.chance(0.01);
+            let (there, back) = (self.delay(m), self.delay(m));
+            if !lost {
+                let back = (there + back <= timeout).then_some(back);
+                self.schedule(self.now + there, Ev::CompactorArrive { m, inc, request, back });
+                if back.is_some() {
+                    return;
+                }
+            }
+            let reply = compactor::Reply::Failed { error: "no answer in time".into() };
+            self.schedule(self.now + timeout, Ev::CompactorAnswer { m, inc, reply, revision: None });
+            return;
+        }
+        let machine = &self.machines[m];
+        let Some(at) = machine.process.as_ref().and_then(|p| p.compactor.as_ref()?.poll_timeout()) else { return };
+        let at = machine.instant_of_boot(at).max(self.now);
+        let p = self.process_mut(m);
+        if p.compactor_timer.is_none_or(|t| t != at) {
+            p.compactor_timer = Some(at);
+            self.schedule(at, Ev::CompactorWake { m, inc });
         }
     }
 
