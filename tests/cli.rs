@@ -349,7 +349,7 @@ fn every_flag_of_every_subcommand_is_in_the_readme() {
         .filter_map(|line| line.split_whitespace().next())
         .filter(|name| *name != "help")
         .collect();
-    assert_eq!(commands, ["serve", "decode", "audit", "next", "batch", "bench"], "{top}");
+    assert_eq!(commands, ["serve", "decode", "audit", "fence", "next", "batch", "bench"], "{top}");
     for name in commands {
         let heading = format!("### `snowmint {name}");
         let start = readme.find(&heading).unwrap_or_else(|| panic!("the README has no section {heading}`"));
