@@ -623,8 +623,8 @@ async fn start_keeper(
 
 /// Issue 24, finding 5, against the real etcd: the fleet's clock check counts each instance
 /// once. One instance holds 40 slots and its clock then goes an hour ahead, beside three
-/// instances of one slot each: a healthy newcomer starts (by slot the 40 would outvote the
-/// three), and a newcomer an hour ahead, as the 40, does not pass itself.
+/// instances of one slot each, all minting: a healthy newcomer starts (by slot the 40 would
+/// outvote the three), and a newcomer an hour ahead, as the 40, does not pass itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_clock_check_counts_an_instance_of_many_slots_once() {
     let _serial = serial().await;
@@ -632,11 +632,23 @@ async fn the_fleet_clock_check_counts_an_instance_of_many_slots_once() {
     let mut etcd = cluster.client().await;
     let system = || Arc::new(SystemClock::new()) as Arc<dyn Clock>;
     let mut keepers = Vec::new();
+    let mut feeds = Vec::new();
     for first in [500, 600, 700] {
         keepers.push(start_keeper(&cluster, "/skew", 1, first, system()).await.expect("a healthy instance starts"));
+        feeds.push(common::claims::feed(keepers.last().unwrap(), system()));
     }
     let many_clock = Arc::new(OffsetClock::default());
     keepers.push(start_keeper(&cluster, "/skew", 40, 0, many_clock.clone()).await.expect("40 slots start"));
+    feeds.push(common::claims::feed(keepers.last().unwrap(), many_clock.clone()));
+    // They mint: an instance that mints nothing marks its slots idle and publishes no clock.
+    let minting = common::claims::keep_minting(feeds);
+    // Each extends its reservation within two thirds of a window (2 s), no longer idle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for slot in [500, 600, 700] {
+        let value = get(&mut etcd, &format!("/skew/reservations/{slot}")).await.expect("reserved");
+        let value = serde_json::from_slice::<serde_json::Value>(&value).unwrap();
+        assert_ne!(value["idle"], serde_json::Value::Bool(true), "slot {slot} still idle: {value}");
+    }
 
     // Its clock goes an hour ahead; its next writes publish that.
     many_clock.offset_ms.store(3_600_000, Ordering::Relaxed);
@@ -660,7 +672,9 @@ async fn the_fleet_clock_check_counts_an_instance_of_many_slots_once() {
         Ok(_) => panic!("an instance an hour ahead of four of five instances started"),
         Err(error) => error,
     };
-    assert!(error.contains("ahead of the median of 5 other instances"), "{error}");
+    // The four that mint; the newcomer at 800 mints nothing, so its clock is left out.
+    assert!(error.contains("ahead of the median of 4 other instances"), "{error}");
+    minting.abort();
     for keeper in keepers {
         keeper.finish(Minted::Unknown, Duration::from_secs(5)).await;
     }

@@ -9,11 +9,13 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::claims::{self, EtcdDb, Start};
 use common::etcd::EtcdCluster;
 use common::{serial, serve_to_exit_within};
+use snowmint::clock::{Clock, SystemClock};
 use snowmint::layout::{DEFAULT_EPOCH_MS, Layout};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -23,9 +25,10 @@ fn seconds(name: &str, default: u64) -> Duration {
     Duration::from_secs(std::env::var(name).map_or(default, |s| s.trim().parse().expect("a number of seconds")))
 }
 
-/// What `k` instances at rest cost etcd's database, without compaction and with it:
+/// What `k` instances that mint all the time cost etcd's database, without compaction and
+/// with it:
 ///
-/// - over 30 s at rest with nothing compacting (as the start left it): etcd's revisions per
+/// - over 30 s with nothing compacting (as the start left it): etcd's revisions per
 ///   second per instance, the bytes each adds to the database in use, and so the bytes per
 ///   instance-day, and the days until etcd's default 2 GiB quota is full;
 /// - then the fleet's own compaction (every instance's upkeep, as `serve` runs it) every
@@ -34,7 +37,16 @@ fn seconds(name: &str, default: u64) -> Duration {
 ///   file grows back to its plateau, sampled every 2 s; with the requests and writes the
 ///   rounds add. The plateau at the default interval (5 minutes) is projected from it: two
 ///   intervals of the fleet's history more.
-async fn months(cluster: &EtcdCluster, k: usize) {
+async fn months(cluster: &EtcdCluster, keepers: &[claims::Keeper]) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let minting = claims::keep_minting(keepers.iter().map(|k| claims::feed(&k.handle, clock.clone())).collect());
+    months_minting(cluster, keepers.len()).await;
+    minting.abort();
+}
+
+async fn months_minting(cluster: &EtcdCluster, k: usize) {
+    // The first extensions of a fleet that starts minting, before the measurement.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let before = EtcdDb::read(cluster).await;
     let started = Instant::now();
     let steady = claims::steady_load(cluster, Duration::from_secs(30)).await;
@@ -207,12 +219,12 @@ async fn fleet_claims() {
         }
         let steady = claims::steady_load(&cluster, Duration::from_secs(30)).await;
         eprintln!(
-            "FLEET steady k={k}: per instance {:.3} requests/s ({}), {:.3} writes/s",
+            "FLEET at rest k={k} (minting nothing): per instance {:.3} requests/s ({}), {:.3} writes/s",
             steady.total() / k as f64,
             steady.breakdown(k as f64),
             steady.proposals / k as f64
         );
-        months(&cluster, k).await;
+        months(&cluster, &keepers).await;
         claims::stop_keepers(keepers).await;
     }
     let processes: usize =

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use snowmint::clock::{Clock, SystemClock};
+use snowmint::keeper::driver::Progress;
 use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
 use snowmint::layout::Layout;
 use snowmint::metrics::Metrics;
@@ -237,6 +238,33 @@ pub struct Keeper {
     pub handle: KeeperHandle,
     pub ready: Duration,
     pub slot: u32,
+}
+
+/// Reports minting progress on its slots through each sender every 100 ms, as a minter that
+/// never stops minting does (the minter task's `PROGRESS_EVERY_MS`), until the task is
+/// aborted: the keepers extend their reservations as a busy fleet's do, and publish their
+/// clocks with them (an instance that mints nothing marks its slots idle and stops writing).
+pub fn keep_minting(feeds: Vec<Feed>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for (progress, slots, clock) in &feeds {
+                let now_ms = clock.wall_ms();
+                let slots = slots.iter().map(|&slot| (slot, now_ms)).collect();
+                progress.send_replace(Progress { mint_ms: Some(now_ms), slots });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// A keeper's progress sender, the slots it holds and the clock its minter would read.
+pub type Feed = (tokio::sync::watch::Sender<Progress>, Vec<u32>, Arc<dyn Clock>);
+
+/// The [`Feed`] of `handle`, minting on `clock`'s time, for [`keep_minting`].
+pub fn feed(handle: &KeeperHandle, clock: Arc<dyn Clock>) -> Feed {
+    let slots =
+        handle.holding.borrow().grant().map(|g| g.slots.iter().map(|s| s.worker_id).collect()).unwrap_or_default();
+    (handle.progress.clone(), slots, clock)
 }
 
 /// Starts `n` keepers at once on `prefix` with `layout`, each as `serve` starts its own (the
