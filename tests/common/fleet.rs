@@ -193,7 +193,10 @@ impl Node {
 
     /// Sets the node's wall-clock offset from real time, in seconds.
     pub fn set_clock(&self, offset_secs: f64) {
-        std::fs::write(&self.clock_file, format!("{offset_secs:+.3}\n")).unwrap();
+        // Whole or not at all: libfaketime reads the file at every clock call.
+        let temp = self.clock_file.with_extension("faketime.tmp");
+        std::fs::write(&temp, format!("{offset_secs:+.3}\n")).unwrap();
+        std::fs::rename(&temp, &self.clock_file).unwrap();
     }
 
     pub async fn metrics(&self) -> String {
@@ -489,11 +492,13 @@ pub async fn clock_large_step_back(fleet: &mut Fleet, i: usize, secs: f64, bound
     let expected = secs - bound;
     let recovery =
         node.recovered_after(start + Duration::from_millis(100), Duration::from_secs_f64(expected + 5.0)).await;
-    assert!(
-        recovery >= Duration::from_secs_f64(expected * 0.8),
-        "{}: minted {recovery:?} into a {secs} s step back, bound {bound} s",
-        node.name
-    );
+    if recovery < Duration::from_secs_f64(expected * 0.8) {
+        let jumps = node.metric("snowmint_clock_forward_jumps_total").await;
+        panic!(
+            "{}: minted {recovery:?} into a {secs} s step back, bound {bound} s ({jumps} forward jumps seen)",
+            node.name
+        );
+    }
     node.set_clock(0.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = node.calls_after(start);
@@ -557,9 +562,9 @@ pub async fn kill_and_restart(fleet: &mut Fleet, i: usize, behind: f64) -> Outco
 /// The wall clock jumps `secs` ahead; before the jump is confirmed the process is killed
 /// (kill -9) and restarted with the clock still ahead; the clock is then corrected (issue 24,
 /// finding 7). The restart, seeded with what the killed process kept in its state dir, does
-/// not adopt the jump: no ID after the restart is more than the 500 ms jump threshold ahead of
-/// real time, and none is refused once the clock is corrected. Without that memory, the
-/// restart took the jumped clock as the truth and minted `secs` ahead.
+/// not adopt the jump: its minting time moves with real time (within 600 ms) from where it
+/// resumed, far below the jump, and nothing is refused once the clock is corrected. Without
+/// that memory, the restart took the jumped clock as the truth and minted `secs` ahead.
 pub async fn restart_during_forward_jump(fleet: &mut Fleet, i: usize, secs: f64) -> Outcome {
     let node = &mut fleet.nodes[i];
     let before = node.live_ids().last().copied();
@@ -572,11 +577,21 @@ pub async fn restart_during_forward_jump(fleet: &mut Fleet, i: usize, secs: f64)
     node.start();
     let recovery = node.recovered_after(restarted, Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let ahead = node.live_ids().iter().map(|&id| tick_ms(id) - wall_ms()).max().unwrap_or(i64::MIN);
+    // The restart resumes above the killed process's reservation, which may reach a window
+    // (and what earlier restarts borrowed) ahead of real time: by design, and no jump. The
+    // jump adopted would put the IDs `secs` ahead, and move them faster than real time.
+    let now_ms = wall_ms();
+    let ids = node.live_ids();
+    let ahead = ids.iter().map(|&id| tick_ms(id) - now_ms).max().unwrap_or(i64::MIN);
+    let spread = ids.iter().map(|&id| tick_ms(id)).max().zip(ids.iter().map(|&id| tick_ms(id)).min());
+    let spread_ms = spread.map_or(0, |(max, min)| max - min);
+    let since_restart_ms = restarted.elapsed().as_millis() as i64;
     assert!(
-        ahead <= 600,
-        "{}: minted {ahead} ms ahead of real time after a restart during a {secs} s forward jump",
-        node.name
+        ahead < (secs * 1000.0 / 3.0) as i64 && spread_ms <= since_restart_ms + 600,
+        "{}: after a restart during a {secs} s forward jump, minted {ahead} ms ahead of real time, \
+         {spread_ms} ms of minting time in {since_restart_ms} ms ({} IDs)",
+        node.name,
+        ids.len(),
     );
     if let (Mode::Standalone { .. }, Some(before)) = (&node.mode, before) {
         let first = node.live_ids()[0];
