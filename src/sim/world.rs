@@ -793,6 +793,11 @@ impl World {
             }
             Ev::CompactorArrive { m, inc, request, back } => {
                 if self.now < self.etcd_down_until {
+                    // Lost: the caller's timeout answers it (about when the reply would have).
+                    if let Some(back) = back {
+                        let reply = compactor::Reply::Failed { error: "no answer in time".into() };
+                        self.schedule(self.now + back, Ev::CompactorAnswer { m, inc, reply, revision: None });
+                    }
                     return;
                 }
                 let reply = self.etcd.compaction(self.now, &request);
