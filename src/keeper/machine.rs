@@ -340,6 +340,8 @@ pub struct Keeper {
     /// A fence to set in the store for the rest of the fleet, once this instance found the
     /// store gone back in time.
     fence_to_set: Option<(i64, String)>,
+    /// The fence known when the answer in hand arrived, before anything it brought.
+    fence_before_reply: Option<i64>,
     done: bool,
     fatal: Option<KeeperError>,
     /// True once every wanted slot was granted at least once: before that, failures that
@@ -414,6 +416,7 @@ impl Keeper {
             stopping: None,
             fence: None,
             fence_to_set: None,
+            fence_before_reply: None,
             done: false,
             fatal: None,
             started: false,
@@ -549,6 +552,7 @@ impl Keeper {
             return;
         };
         let InFlight { request, sent, .. } = in_flight;
+        self.fence_before_reply = self.fence.as_ref().map(|f| f.until_ms);
         let reply = match reply {
             Reply::WentBack { detail, reply } => {
                 self.went_back(now, detail);
@@ -1217,6 +1221,7 @@ impl Keeper {
             self.went_back(now, detail);
         }
         let own = self.own_writes.get(&id).copied();
+        let missing_fence = self.fence_from(now, self.fence.as_ref().map(|f| f.until_ms));
         let slot = &mut self.slots[index];
         // Invariant 2: the floor is read after the claim succeeded, with a linearizable
         // read; only later ticks are minted.
@@ -1245,12 +1250,10 @@ impl Keeper {
         let written_after_fence =
             |fence: &KnownFence| fence.version.is_some_and(|f| version != Version::Absent && version > f);
         // Nothing is known of how far a missing slot was minted: wait out anything anyone
-        // could. A fleet's fence set from a clock ahead of this one may reach further: the
-        // higher of the two stands.
+        // could, counted from the fleet's fence where it stands ahead (its holders reserved
+        // past it, in the reservation now missing).
         let missing = match &read.stored {
-            Stored::Missing { reason } => {
-                Some((now.wall_ms.saturating_add(self.config.fence_window_ms), format!("{}: {reason}", read.location)))
-            }
+            Stored::Missing { reason } => Some((missing_fence, format!("{}: {reason}", read.location))),
             _ => None,
         };
         let fleet = self.fence.as_ref().filter(|f| !written_after_fence(f)).map(|f| (f.until_ms, f.reason.clone()));
@@ -1273,7 +1276,11 @@ impl Keeper {
     /// confirmed (its generator's cursor keeps its own IDs apart meanwhile); and no version
     /// remembered from before is trusted (the store hands the same revisions out again).
     fn went_back(&mut self, now: Now, detail: String) {
-        let until_ms = now.wall_ms.saturating_add(self.config.fence_window_ms);
+        // Counted from the fence known before the answer that showed it: one that answer
+        // brought was set since the store went back (by an instance that found it first), and
+        // nothing written under it is lost; counting from it would push the fence a window
+        // further at each instance that finds the same restore.
+        let until_ms = self.fence_from(now, self.fence_before_reply);
         self.events.push_back(Event::StoreWentBack { detail: detail.clone(), fence_until_ms: until_ms });
         let reason = format!("the store went back in time ({detail})");
         self.raise_fence(KnownFence { until_ms, version: None, reason: reason.clone() });
@@ -1287,6 +1294,15 @@ impl Keeper {
                 slot.version = None;
             }
         }
+    }
+
+    /// How far a new fence reaches: a fence window past now, and a reservation window past
+    /// `standing` (a fence known to stand). Holders fenced at a fence ahead of their clocks
+    /// wrote reservations a window past it; a fence counted from now alone could stop short
+    /// of those, once they are lost (deleted by hand, or gone with a restore).
+    fn fence_from(&self, now: Now, standing: Option<i64>) -> i64 {
+        let from_now = now.wall_ms.saturating_add(self.config.fence_window_ms);
+        standing.map_or(from_now, |f| from_now.max(f.saturating_add(self.config.window_ms)))
     }
 
     /// Keeps the higher of the fence known and `fence`.
@@ -1984,8 +2000,11 @@ mod tests {
     }
 
     /// A missing reservation's own fence (now plus the fence window) can fall short of the
-    /// fleet's fence when this instance's clock reads behind the one that set it: the floor
-    /// is the higher of the two, never the lower.
+    /// fleet's fence when this instance's clock reads behind the one that set it; and a
+    /// holder fenced at the fleet's fence reserved a window past it, in the reservation now
+    /// missing (seed 494673513292 of the simulator: a floor of the fleet's fence, below that
+    /// reservation). The floor is a fence window past now, and a reservation window past the
+    /// fleet's fence.
     #[test]
     fn a_missing_reservation_never_floors_below_the_fleets_fence() {
         let fence = Fence { until_ms: WALL + 80_000, version: Version::At(20), reason: "etcd went back".into() };
@@ -2000,8 +2019,65 @@ mod tests {
         });
         exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(30))]));
         let slot = granted(&mut k).slots[0].clone();
-        assert_eq!(slot.floor_ms, Some(WALL + 80_000), "{slot:?}");
-        assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("went back")), "{slot:?}");
+        assert_eq!(slot.floor_ms, Some(WALL + 80_000 + 3_000), "{slot:?}");
+        assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("no reservation")), "{slot:?}");
+    }
+
+    /// The store goes back while a fleet's fence still stands ahead of the clock: holders
+    /// fenced at it reserved a window past it, and the restore may have lost those writes.
+    /// The new fence reaches a reservation window past the old one, or a floor read later
+    /// stops short of what they reserved.
+    #[test]
+    fn a_store_gone_back_under_a_standing_fence_fences_past_it() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        // A fence read from the store, set by another instance, ahead of this clock.
+        k.raise_fence(KnownFence {
+            until_ms: WALL + 80_000,
+            version: Some(Version::At(20)),
+            reason: "etcd went back".into(),
+        });
+        exchange(&mut k, at(1_000), |_| Reply::WentBack {
+            detail: "etcd's revision is 7, below 21 seen before".into(),
+            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3) }),
+        });
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(
+            events.iter().any(
+                |e| matches!(e, Event::StoreWentBack { fence_until_ms, .. } if *fence_until_ms == WALL + 80_000 + 3_000)
+            ),
+            "{events:?}"
+        );
+        let fence = exchange(&mut k, at(1_000), |_| Reply::FenceSet);
+        assert!(matches!(fence, Request::SetFence { until_ms, .. } if until_ms == WALL + 83_000), "{fence:?}");
+    }
+
+    /// Every instance that finds the same restore sets a fence; one that learns the first
+    /// instance's fence in the very answer that shows it the restore does not count from
+    /// that fence (nothing written under it is lost), or each instance would push the
+    /// fleet's fence a window further.
+    #[test]
+    fn a_fence_set_since_the_store_went_back_is_not_counted_from() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        exchange(&mut k, at(1_000), |_| Reply::SessionGone);
+        exchange(&mut k, at(1_000), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
+        // The reservation this instance wrote (version 2 or later) is gone: the store went
+        // back. Another instance found it first and fenced the fleet until +60 s.
+        let first = Fence { until_ms: WALL + 60_000, version: Version::At(3), reason: "etcd went back".into() };
+        exchange(&mut k, at(1_000), |_| Reply::Reservations {
+            reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: Stored::Absent }],
+            fence: Some(first),
+        });
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(
+            events.iter().any(
+                |e| matches!(e, Event::StoreWentBack { fence_until_ms, .. } if *fence_until_ms == WALL + 1_000 + 53_000)
+            ),
+            "{events:?}"
+        );
     }
 
     /// Finding 1 of the second reading: a claim that resumes carries the floor of the claim
