@@ -1272,9 +1272,9 @@ impl Keeper {
     /// The store went back in time: what was written since its state (claims, reservations,
     /// this instance's own writes) is lost. A fence (here at once, and in the store for the
     /// rest of the fleet) raises every floor read before it past anything minted under the
-    /// lost state; this instance's own slots are written again, never below what it had
-    /// confirmed (its generator's cursor keeps its own IDs apart meanwhile); and no version
-    /// remembered from before is trusted (the store hands the same revisions out again).
+    /// lost state, this instance's own slots' floors too; they are written again, never below
+    /// what it had confirmed; and no version remembered from before is trusted (the store
+    /// hands the same revisions out again).
     fn went_back(&mut self, now: Now, detail: String) {
         // Counted from the fence known before the answer that showed it: one that answer
         // brought was set since the store went back (by an instance that found it first), and
@@ -1285,14 +1285,34 @@ impl Keeper {
         let reason = format!("the store went back in time ({detail})");
         self.raise_fence(KnownFence { until_ms, version: None, reason: reason.clone() });
         if matches!(self.config.policy, SlotPolicy::Leased { .. }) {
-            self.fence_to_set = Some((until_ms, reason));
+            self.fence_to_set = Some((until_ms, reason.clone()));
         }
         self.own_writes.clear();
+        // This instance's own slots are fenced too: in the history the restore threw away,
+        // it may have lost one (its key deleted by hand, its lease run out unseen) to another
+        // instance that minted above its reservation, and the restore brought back its key,
+        // its lease and its old reservation. Nothing in the restored store tells. A new epoch
+        // makes the minter take the raised floors.
+        let mut regranted = false;
         for slot in &mut self.slots {
+            if slot.phase == Phase::NeedFloor {
+                continue;
+            }
             if slot.phase == Phase::Granted {
                 slot.repair = true;
                 slot.version = None;
             }
+            if slot.floor_ms.is_none_or(|floor| floor < until_ms) {
+                slot.floor_ms = Some(until_ms);
+                slot.resumes = false;
+                slot.fenced = Some(reason.clone());
+                regranted |= slot.phase == Phase::Granted;
+                self.events.push_back(Event::SlotFenced { slot: slot.id, until_ms, reason: reason.clone() });
+            }
+        }
+        if regranted {
+            self.epoch += 1;
+            self.publish();
         }
     }
 
@@ -2021,6 +2041,28 @@ mod tests {
         let slot = granted(&mut k).slots[0].clone();
         assert_eq!(slot.floor_ms, Some(WALL + 80_000 + 3_000), "{slot:?}");
         assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("no reservation")), "{slot:?}");
+    }
+
+    /// A restore can hand this instance back a claim it had lost in the history the restore
+    /// threw away: its key deleted by hand or its lease run out unseen, another instance
+    /// took the slot and minted above this one's reservation, and the restore brought back
+    /// the key, the lease and the old reservation (simulator seed 179619964557). Nothing in
+    /// the restored store tells the two apart: the instance's own slots wait the fence out
+    /// too, under a new epoch so that the minter takes the raised floor.
+    #[test]
+    fn a_store_gone_back_fences_the_instances_own_slots() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        let before = granted(&mut k);
+        exchange(&mut k, at(1_000), |_| Reply::WentBack {
+            detail: "etcd's revision is 7, below 12 seen before".into(),
+            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3) }),
+        });
+        let after = granted(&mut k);
+        assert_ne!(after.epoch, before.epoch, "the minter must take the new floor");
+        assert_eq!(after.slots[0].floor_ms, Some(WALL + 1_000 + 53_000), "{after:?}");
+        assert!(!after.slots[0].resumes);
+        assert!(after.slots[0].fenced.as_deref().is_some_and(|r| r.contains("went back")), "{after:?}");
     }
 
     /// The store goes back while a fleet's fence still stands ahead of the clock: holders
