@@ -222,16 +222,23 @@ fn filtered(
 /// How often the clock filter's reference is looked at, to keep it for a later process.
 const CLOCK_MEMORY_EVERY: Duration = Duration::from_secs(1);
 
-/// Keeps the clock filter's reference in `memory` whenever it moved, until `shutdown`, and
-/// once more then. A failed write is logged once and tried again later: the memory is a
-/// hint, never a condition for minting.
+/// Keeps the clock filter's reference in `memory` at once, then whenever it moved, until
+/// `shutdown`, and once more then. At once: a process killed within its first second would
+/// otherwise leave nothing, and its restart with the clock behind would take that clock as
+/// its reference and the correction as a jump (issue 24, finding 11). A failed write is
+/// logged once and tried again later: the memory is a hint, never a condition for minting.
 async fn keep_clock_memory(clock: Arc<FilteredClock>, memory: ClockMemory, shutdown: CancellationToken) {
     let mut saved: Option<i64> = None;
     let mut warned = false;
+    let mut first = true;
     loop {
-        let stopping = tokio::select! {
-            () = shutdown.cancelled() => true,
-            () = tokio::time::sleep(CLOCK_MEMORY_EVERY) => false,
+        let stopping = if std::mem::take(&mut first) {
+            false
+        } else {
+            tokio::select! {
+                () = shutdown.cancelled() => true,
+                () = tokio::time::sleep(CLOCK_MEMORY_EVERY) => false,
+            }
         };
         if let Some(high) = clock.high_offset_us()
             && saved.is_none_or(|s| (high - s).abs() >= crate::clock_memory::SAVE_AFTER_US)
@@ -388,6 +395,8 @@ pub async fn run(
         .zip(clock.host_boot_origin())
         .and_then(|(dir, origin)| ClockMemory::for_this_boot(dir, origin));
     let filtered_clock = filtered(clock, &config, &metrics, memory.as_ref());
+    // A first reading, so that the filter has a reference to keep from the start.
+    filtered_clock.wall_us();
     let memory_task =
         memory.map(|memory| tokio::spawn(keep_clock_memory(filtered_clock.clone(), memory, shutdown.clone())));
     let clock: Arc<dyn Clock> = filtered_clock;

@@ -51,6 +51,26 @@ async fn etcd_leader_killed_members_paused_and_a_cold_start() {
     fleet.stop().await;
 }
 
+/// Issue 24, finding 11, as the soak met it on an etcd node: a kill -9 moments after a start,
+/// a restart with the clock 2 s behind, its correction, then a 12 s step back (bound 10 s).
+/// The killed process had not kept the clock filter's reference yet (it did so a second
+/// after its start): the restart took the clock behind as its reference, the correction as
+/// a forward jump, and its minting time lagged real time into the step back, which was then
+/// not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_node_killed_moments_after_its_start_keeps_its_clock_reference() {
+    let _serial = serial().await;
+    let mut fleet = Fleet::etcd(1, 2).await;
+    fleet::kill_and_restart(&mut fleet, 1, 2.0).await;
+    assert_eq!(
+        fleet.nodes[1].metric("snowmint_clock_forward_jumps_total").await,
+        0.0,
+        "the correction of a clock behind at the restart was taken for a jump"
+    );
+    fleet::clock_large_step_back(&mut fleet, 1, 12.0, 10.0).await;
+    fleet.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_clock_kills_and_broken_state_files() {
     let _serial = serial().await;
