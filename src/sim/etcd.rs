@@ -170,6 +170,13 @@ impl EtcdModel {
         self.kv.get(&Key::Worker(slot)).is_some_and(|kv| kv.lease == session)
     }
 
+    /// Whether any session holds `slot` at `now` (its worker key is there): the hand-over
+    /// script waits for a slot to be freed.
+    pub fn taken(&mut self, now: Us, slot: u32) -> bool {
+        self.expire(now);
+        self.kv.contains_key(&Key::Worker(slot))
+    }
+
     /// The stored reservation of `slot`, if it is one.
     pub fn reservation(&self, slot: u32) -> Option<i64> {
         match self.kv.get(&Key::Reservation(slot)).map(|kv| &kv.value) {

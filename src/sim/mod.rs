@@ -4,7 +4,9 @@
 //! reorders, with crashes, pauses, suspends and clock steps, all from one seed.
 //!
 //! A schedule is drawn from its seed ([`world::Params::draw`]): how many machines, which
-//! store, the layout, the TTL, the window, and when each fault strikes. After every schedule
+//! store, the layout, the TTL, the window, and when each fault strikes. One seed in 16
+//! scripts a contended hand-over instead (`world::hand_over`): one slot handed back and
+//! forth between two stalling holders, at moments random faults rarely line up. After every schedule
 //! the checker ([`checker`]) holds every ID issued against the promise and the invariants,
 //! and every live machine must have minted again within a stated bound after the faults
 //! stopped. The same seed gives the same run to the byte ([`world::Report::digest`]).

@@ -208,16 +208,13 @@ fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
 
 /// Finding 1 of the second reading, put back. It shows only when a holder's middle claim
 /// mints nothing, loses its lease and resumes within one window of the other holder's write,
-/// its clock behind that holder's range. The sweeps that caught it (seeds 4,185 and 6,249 of
-/// 8,000; 1,091 of 1,500 in a draw with contended hand-overs) caught it through a different
-/// path: a missing reservation's fence below the fleet's fence, since fixed
-/// (`keeper::machine::tests::a_missing_reservation_never_floors_below_the_fleets_fence`).
-/// With that fixed, no sweep of 3,000 reaches it; the keeper's unit test
-/// `a_resumed_claim_carries_the_floor_of_the_claim_it_continues` catches it directly.
-/// `SNOWMINT_SIM_DEFECT=ResumeWithOlderFloor cargo test --lib sim::tests::schedules_that_catch
-/// -- --ignored --nocapture` measures a draw's power against it.
+/// its clock behind that holder's range: the schedules of the contended hand-over
+/// (`world::hand_over`, one seed in 16) take that path; drawn at random, none of 3,000 did.
+/// The keeper's unit test `a_resumed_claim_carries_the_floor_of_the_claim_it_continues`
+/// catches it directly. `SNOWMINT_SIM_DEFECT=ResumeWithOlderFloor cargo test --lib
+/// sim::tests::schedules_that_catch -- --ignored --nocapture` measures the sweep's power
+/// against it.
 #[test]
-#[ignore = "the sweep does not reach this defect; its unit test in keeper::machine does"]
 fn a_resumed_claim_with_an_older_floor_is_caught() {
     caught(Defect::ResumeWithOlderFloor);
 }

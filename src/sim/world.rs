@@ -33,6 +33,8 @@ use crate::store::etcd::Horizon;
 use crate::store::{Outcome, Reply, Request, SessionId};
 use crate::upkeep::compactor::{self, Compactor};
 
+mod hand_over;
+
 /// Unix µs at simulated time zero: well after the layout's epoch.
 const WALL_AT_ZERO_US: i64 = 1_780_000_000_000_000;
 
@@ -72,6 +74,9 @@ pub struct Params {
     /// Only clock trouble within the hybrid policy's bound: steps back, corrected forward
     /// jumps, the whole fleet's clocks back at once. Refusals are recorded in the report.
     pub clock_only: bool,
+    /// A scripted hand-over of one slot back and forth ([`hand_over`]) instead of faults
+    /// drawn at random.
+    pub hand_over: bool,
     /// Faults happen before this instant, none after.
     pub fault_until: Us,
     pub end: Us,
@@ -130,13 +135,6 @@ impl Params {
         let forward_jump_confirm = Duration::from_millis(rng.between(500, 5_000));
         let max_fleet_skew_ms = rng.chance(0.5).then_some(3_600_000);
         let fault_until = rng.between(4, 10) * SECOND;
-        let ttl_us = ttl.as_micros() as u64;
-        // Back steps up to 3 s, a window, claims and renewals: the slowest recovery.
-        let recovery_bound = 3 * SECOND + window_ms as u64 * MS + 3 * ttl_us + 2 * SECOND;
-        // After the bound, a machine must mint again before the end. The network loses 1% of
-        // requests even once the faults stop, and a lost request costs a call timeout (a
-        // fifth of the TTL, 0.3 to 2 s): the tail leaves room for three lost in a row.
-        let tail = 2 * SECOND + 3 * (ttl_us / 5).clamp(300 * MS, 2 * SECOND);
         let skew_us = if mode == Mode::Etcd && rng.chance(0.35) {
             // Within the drift bound's half, so that a holder behind borrows rather than
             // waits; a little under the strict policy, which waits it out.
@@ -153,13 +151,7 @@ impl Params {
         let lost_state = mode == Mode::Etcd && rng.chance(0.3);
         let compaction_interval =
             (mode == Mode::Etcd && rng.chance(0.8)).then(|| Duration::from_millis(rng.between(1_000, 4_000)));
-        let spread_ms = 2 * skew_us / 1_000 + 10_000;
-        let fence_window_ms = crate::keeper::fence_window_ms(ttl, max_clock_drift, window_ms, Some(spread_ms));
-        // Two clocks apart by twice the skew: a holder behind waits that much more; after a
-        // restore, a fenced claim waits its fence out.
-        let recovery_bound =
-            recovery_bound + 2 * skew_us as u64 + if lost_state { fence_window_ms as u64 * MS } else { 0 };
-        Params {
+        let mut params = Params {
             mode,
             machines,
             slots,
@@ -171,17 +163,43 @@ impl Params {
             forward_jump_confirm,
             max_fleet_skew_ms,
             clock_only: false,
+            hand_over: false,
             fault_until,
-            end: fault_until + recovery_bound + tail,
-            recovery_bound,
+            end: 0,
+            recovery_bound: 0,
             fault_every: rng.between(200, 800) * MS,
             ask_every: rng.between(5, 30) * MS,
             skew_us,
             bursty,
             lost_state,
-            fence_window_ms,
+            fence_window_ms: 0,
             compaction_interval,
-        }
+        };
+        params.settle();
+        params
+    }
+
+    /// Works out what follows from the rest: how far a fence reaches, how long recovery may
+    /// take after the faults stop, and when the schedule ends.
+    pub(super) fn settle(&mut self) {
+        let ttl_us = self.ttl.as_micros() as u64;
+        let spread_ms = 2 * self.skew_us / 1_000 + 10_000;
+        self.fence_window_ms =
+            crate::keeper::fence_window_ms(self.ttl, self.max_clock_drift, self.window_ms, Some(spread_ms));
+        // Back steps up to 3 s, a window, claims and renewals: the slowest recovery. Two
+        // clocks apart by twice the skew: a holder behind waits that much more; after a
+        // restore, a fenced claim waits its fence out.
+        self.recovery_bound = 3 * SECOND
+            + self.window_ms as u64 * MS
+            + 3 * ttl_us
+            + 2 * SECOND
+            + 2 * self.skew_us as u64
+            + if self.lost_state { self.fence_window_ms as u64 * MS } else { 0 };
+        // After the bound, a machine must mint again before the end. The network loses 1% of
+        // requests even once the faults stop, and a lost request costs a call timeout (a
+        // fifth of the TTL, 0.3 to 2 s): the tail leaves room for three lost in a row.
+        let tail = 2 * SECOND + 3 * (ttl_us / 5).clamp(300 * MS, 2 * SECOND);
+        self.end = self.fault_until + self.recovery_bound + tail;
     }
 
     fn call_timeout(&self) -> Us {
@@ -346,6 +364,8 @@ enum Ev {
         kind: Fault,
     },
     Fault,
+    /// The hand-over's script looks at the world and takes its next step when it is due.
+    Script,
 }
 
 /// A reply, and the connection it answers.
@@ -519,29 +539,48 @@ pub struct World {
     /// One registry for every process: only counted, never read.
     metrics: Metrics,
     tracing: bool,
+    /// The hand-over's script, in a schedule of that kind.
+    script: Option<hand_over::Script>,
+}
+
+/// The kinds of schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Faults drawn at random.
+    Random,
+    /// Clock trouble within the bound only ([`World::clock_trouble`]).
+    ClockTrouble,
+    /// One slot handed over back and forth between two machines ([`hand_over`]).
+    HandOver,
 }
 
 impl World {
+    /// The schedule of `seed`: mostly faults drawn at random, and for a share of seeds a
+    /// scripted hand-over ([`hand_over`]).
     pub fn new(seed: u64) -> World {
-        World::with(seed, false)
+        World::with(seed, if hand_over::drawn(seed) { Kind::HandOver } else { Kind::Random })
     }
 
     /// A world whose only faults are clock trouble within the hybrid policy's bound (steps
     /// back totalling at most 9 s of a 10 s bound, forward jumps corrected before the 10 s
     /// confirmation window, the fleet's clocks back at once), in which no call may be refused.
     pub fn clock_trouble(seed: u64) -> World {
-        World::with(seed, true)
+        World::with(seed, Kind::ClockTrouble)
     }
 
-    fn with(seed: u64, clock_only: bool) -> World {
+    fn with(seed: u64, kind: Kind) -> World {
         let mut rng = Rng::new(seed);
         let mut params = Params::draw(&mut rng);
-        if clock_only {
-            params.clock_only = true;
-            params.max_clock_drift = Duration::from_secs(10);
-            params.forward_jump_confirm = Duration::from_secs(10);
-            params.skew_us = 0;
-            params.bursty = false;
+        match kind {
+            Kind::Random => {}
+            Kind::ClockTrouble => {
+                params.clock_only = true;
+                params.max_clock_drift = Duration::from_secs(10);
+                params.forward_jump_confirm = Duration::from_secs(10);
+                params.skew_us = 0;
+                params.bursty = false;
+            }
+            Kind::HandOver => hand_over::shape(&mut params, &mut rng),
         }
         let skew = params.skew_us;
         let machines = (0..params.machines)
@@ -592,6 +631,7 @@ impl World {
             etcd_down_until: 0,
             metrics: Metrics::new(),
             tracing: std::env::var_os("SNOWMINT_SIM_TRACE").is_some(),
+            script: None,
         };
         world.checker.compaction_min_kept_us = compaction_min_kept_us;
         for m in 0..world.machines.len() {
@@ -600,8 +640,12 @@ impl World {
             let at = world.rng.exp(world.params.ask_every as f64);
             world.schedule(at, Ev::Ask { m });
         }
-        let first_fault = world.rng.exp(world.params.fault_every as f64) + SECOND;
-        world.schedule(first_fault, Ev::Fault);
+        if kind == Kind::HandOver {
+            world.start_script();
+        } else {
+            let first_fault = world.rng.exp(world.params.fault_every as f64) + SECOND;
+            world.schedule(first_fault, Ev::Fault);
+        }
         if world.params.mode == Mode::Etcd {
             world.schedule(SECOND / 2, Ev::Snapshot);
         }
@@ -843,6 +887,7 @@ impl World {
                     _ => {}
                 }
             }
+            Ev::Script => self.direct(),
             Ev::Fault => {
                 if self.now < self.params.fault_until {
                     self.inject();
