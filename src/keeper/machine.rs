@@ -592,7 +592,12 @@ impl Keeper {
             (Request::WriteReservations { writes, .. }, Reply::WriteRefused { not_ours, current }) => {
                 self.write_refused(now, writes, not_ours, current)
             }
-            (Request::Renew { session }, Reply::Renewed { ttl }) => self.renewed(now, sent, session, ttl),
+            (Request::Renew { session }, Reply::Renewed { ttl, fence }) => {
+                if let Some(fence) = fence {
+                    self.learn_fence(fence);
+                }
+                self.renewed(now, sent, session, ttl)
+            }
             (Request::Renew { session }, Reply::SessionGone) => self.session_gone(session),
             (Request::Release { slot, .. }, Reply::Released) => {
                 self.to_release.retain(|&s| s != slot);
@@ -1149,11 +1154,7 @@ impl Keeper {
 
     fn read(&mut self, now: Now, reads: Vec<SlotRead>, fence: Option<Fence>) {
         if let Some(fence) = fence {
-            self.raise_fence(KnownFence {
-                until_ms: fence.until_ms,
-                version: Some(fence.version),
-                reason: fence.reason,
-            });
+            self.learn_fence(fence);
         }
         for read in reads {
             let Some(index) = self.slots.iter().position(|s| s.id == read.slot) else { continue };
@@ -1288,32 +1289,17 @@ impl Keeper {
             self.fence_to_set = Some((until_ms, reason.clone()));
         }
         self.own_writes.clear();
-        // This instance's own slots are fenced too: in the history the restore threw away,
-        // it may have lost one (its key deleted by hand, its lease run out unseen) to another
-        // instance that minted above its reservation, and the restore brought back its key,
-        // its lease and its old reservation. Nothing in the restored store tells. A new epoch
-        // makes the minter take the raised floors.
-        let mut regranted = false;
         for slot in &mut self.slots {
-            if slot.phase == Phase::NeedFloor {
-                continue;
-            }
             if slot.phase == Phase::Granted {
                 slot.repair = true;
                 slot.version = None;
             }
-            if slot.floor_ms.is_none_or(|floor| floor < until_ms) {
-                slot.floor_ms = Some(until_ms);
-                slot.resumes = false;
-                slot.fenced = Some(reason.clone());
-                regranted |= slot.phase == Phase::Granted;
-                self.events.push_back(Event::SlotFenced { slot: slot.id, until_ms, reason: reason.clone() });
-            }
         }
-        if regranted {
-            self.epoch += 1;
-            self.publish();
-        }
+        // This instance's own slots are fenced too: in the history the restore threw away,
+        // it may have lost one (its key deleted by hand, its lease run out unseen) to another
+        // instance that minted above its reservation, and the restore brought back its key,
+        // its lease and its old reservation. Nothing in the restored store tells.
+        self.fence_held(until_ms, &reason);
     }
 
     /// How far a new fence reaches: a fence window past now, and a reservation window past
@@ -1323,6 +1309,39 @@ impl Keeper {
     fn fence_from(&self, now: Now, standing: Option<i64>) -> i64 {
         let from_now = now.wall_ms.saturating_add(self.config.fence_window_ms);
         standing.map_or(from_now, |f| from_now.max(f.saturating_add(self.config.window_ms)))
+    }
+
+    /// A fence read from the store. One higher than any known is applied to the slots held
+    /// too: a fence is set when etcd went back in time (or by hand after a restore), and a
+    /// holder cannot tell whether its claim lasted through the history thrown away (its lease
+    /// restored with the snapshot, another instance having held its slot meanwhile).
+    fn learn_fence(&mut self, fence: Fence) {
+        let known = self.fence.as_ref().map(|f| f.until_ms);
+        let reason = fence.reason.clone();
+        self.raise_fence(KnownFence { until_ms: fence.until_ms, version: Some(fence.version), reason: fence.reason });
+        if known.is_none_or(|k| fence.until_ms > k) {
+            self.fence_held(fence.until_ms, &reason);
+        }
+    }
+
+    /// Raises the floor of every slot held (or about to be) to `until_ms`, under a new epoch
+    /// so that the minter takes it.
+    fn fence_held(&mut self, until_ms: i64, reason: &str) {
+        let mut regranted = false;
+        for slot in &mut self.slots {
+            if slot.phase == Phase::NeedFloor || slot.floor_ms.is_some_and(|floor| floor >= until_ms) {
+                continue;
+            }
+            slot.floor_ms = Some(until_ms);
+            slot.resumes = false;
+            slot.fenced = Some(reason.to_string());
+            regranted |= slot.phase == Phase::Granted;
+            self.events.push_back(Event::SlotFenced { slot: slot.id, until_ms, reason: reason.to_string() });
+        }
+        if regranted {
+            self.epoch += 1;
+            self.publish();
+        }
     }
 
     /// Keeps the higher of the fence known and `fence`.
@@ -1797,7 +1816,7 @@ mod tests {
                 Request::WriteReservations { writes, .. } => {
                     Reply::Written(writes.iter().map(|w| (w.slot, Version::At(now as i64))).collect())
                 }
-                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
                 Request::CountSlots => Reply::SlotCount { taken: 1023 },
                 Request::Release { slot, .. } => {
                     released = Some(*slot);
@@ -1895,7 +1914,7 @@ mod tests {
         let confirmed = granted(&mut k).slots[0].reserved_ms;
         let renew = exchange(&mut k, at(1_000), |_| Reply::WentBack {
             detail: "etcd's revision is 7, below 12 seen before".into(),
-            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3) }),
+            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3), fence: None }),
         });
         assert_eq!(renew, Request::Renew { session: 77 });
         let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
@@ -1965,7 +1984,7 @@ mod tests {
         let mut writes_seen = Vec::new();
         while let Some((id, request)) = k.poll_request(at(2_000)) {
             let reply = match &request {
-                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
                 Request::CountSlots => Reply::SlotCount { taken: 1 },
                 Request::WriteReservations { writes, .. } if writes_seen.is_empty() => {
                     let gone = SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: Stored::Absent };
@@ -2056,13 +2075,47 @@ mod tests {
         let before = granted(&mut k);
         exchange(&mut k, at(1_000), |_| Reply::WentBack {
             detail: "etcd's revision is 7, below 12 seen before".into(),
-            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3) }),
+            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3), fence: None }),
         });
         let after = granted(&mut k);
         assert_ne!(after.epoch, before.epoch, "the minter must take the new floor");
         assert_eq!(after.slots[0].floor_ms, Some(WALL + 1_000 + 53_000), "{after:?}");
         assert!(!after.slots[0].resumes);
         assert!(after.slots[0].fenced.as_deref().is_some_and(|r| r.contains("went back")), "{after:?}");
+    }
+
+    /// A holder that did not see etcd go back (away since before the snapshot, its lease
+    /// restored with it) learns the fence another instance, or the runbook, set: with its
+    /// renewal, and applies it to the slot it holds, which another instance may have held in
+    /// the history thrown away (simulator seed 179620328927). The same fence read again
+    /// changes nothing.
+    #[test]
+    fn a_holder_applies_a_new_fence_to_the_slots_it_holds() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        let before = granted(&mut k);
+        let fence = Fence { until_ms: WALL + 30_000, version: Version::At(9), reason: "etcd went back".into() };
+        let renewed = |fence: &Fence| Reply::Renewed { ttl: Duration::from_secs(3), fence: Some(fence.clone()) };
+        exchange(&mut k, at(1_000), |_| renewed(&fence));
+        let after = granted(&mut k);
+        assert_ne!(after.epoch, before.epoch, "the minter must take the new floor");
+        assert_eq!(after.slots[0].floor_ms, Some(WALL + 30_000), "{after:?}");
+        assert!(after.slots[0].fenced.as_deref().is_some_and(|r| r.contains("went back")), "{after:?}");
+        // The raised floor's reservation is written (and the slots counted).
+        for _ in 0..4 {
+            let Some((id, request)) = k.poll_request(at(1_000)) else { break };
+            let reply = match request {
+                Request::WriteReservations { writes, .. } => {
+                    Reply::Written(writes.iter().map(|w| (w.slot, Version::At(10))).collect())
+                }
+                Request::CountSlots => Reply::SlotCount { taken: 1 },
+                other => panic!("{other:?}"),
+            };
+            k.handle_reply(at(1_000), id, reply);
+        }
+        let settled = granted(&mut k);
+        exchange(&mut k, at(2_500), |_| renewed(&fence));
+        assert_eq!(granted(&mut k).epoch, settled.epoch, "a fence known already is no news");
     }
 
     /// The store goes back while a fleet's fence still stands ahead of the clock: holders
@@ -2081,7 +2134,7 @@ mod tests {
         });
         exchange(&mut k, at(1_000), |_| Reply::WentBack {
             detail: "etcd's revision is 7, below 21 seen before".into(),
-            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3) }),
+            reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3), fence: None }),
         });
         let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
         assert!(
@@ -2248,7 +2301,7 @@ mod tests {
             let (id, request) = k.poll_request(now).expect("the sample is due");
             let reply = match request {
                 Request::SampleClocks { .. } => return id,
-                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(60) },
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(60), fence: None },
                 Request::CountSlots => Reply::SlotCount { taken: 3 },
                 Request::WriteReservations { .. } => Reply::Written(vec![(4, Version::At(version))]),
                 other => panic!("unexpected {other:?}"),
@@ -2343,7 +2396,7 @@ mod tests {
         let write = exchange(&mut k, at(900), |_| Reply::Failed { error: "timeout".into(), outcome: Outcome::Unknown });
         assert!(matches!(write, Request::WriteReservations { .. }), "{write:?}");
         // After the retry pause, the renewal (due at 1 s) and then the read.
-        exchange(&mut k, at(1_300), |_| Reply::Renewed { ttl: Duration::from_secs(3) });
+        exchange(&mut k, at(1_300), |_| Reply::Renewed { ttl: Duration::from_secs(3), fence: None });
         let read = exchange(&mut k, at(1_300), |_| {
             Reply::reservations(vec![SlotRead {
                 slot: 4,
@@ -2376,7 +2429,7 @@ mod tests {
                 Request::ListSlots { .. } => Reply::Slots { taken: vec![], ours: vec![] },
                 Request::CountSlots => Reply::SlotCount { taken: 0 },
                 Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: true },
-                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3) },
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
                 Request::ReadReservations { slots, .. } => {
                     self.largest_read = self.largest_read.max(slots.len());
                     let read =

@@ -207,7 +207,7 @@ impl DiskStore {
                 }
                 Reply::Written(versions)
             }
-            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX },
+            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX, fence: None },
             Request::Release { .. } => Reply::Released,
             Request::CloseSession { .. } => Reply::SessionClosed,
         };

@@ -502,7 +502,7 @@ impl EtcdModel {
             Request::Renew { session } => match self.leases.get_mut(session) {
                 Some(lease) => {
                     lease.expires_at = now + lease.ttl_us;
-                    Reply::Renewed { ttl: std::time::Duration::from_micros(lease.ttl_us) }
+                    Reply::Renewed { ttl: std::time::Duration::from_micros(lease.ttl_us), fence: self.fence() }
                 }
                 None => Reply::SessionGone,
             },

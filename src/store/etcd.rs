@@ -506,10 +506,7 @@ impl EtcdStore {
         let responses = response.op_responses();
         let mut reads: Vec<SlotRead> =
             slots.iter().enumerate().map(|(i, &slot)| self.parse_reservation(slot, kv_of(&responses, i))).collect();
-        let fence = kv_of(&responses, slots.len()).and_then(|kv| {
-            let record: FenceRecord = serde_json::from_slice(kv.value()).ok()?;
-            Some(Fence { until_ms: record.until_ms, version: Version::At(kv.mod_revision()), reason: record.reason })
-        });
+        let fence = kv_of(&responses, slots.len()).and_then(|kv| parse_fence(&kv));
         self.missing(&mut reads).await?;
         Ok(Reply::Reservations { reads, fence })
     }
@@ -613,20 +610,20 @@ impl EtcdStore {
                 c.lease_keep_alive(session).await.map(|_| ())
             })
             .await;
+        let mut fence = None;
         if result.is_ok() {
             // The keep-alive's answer shows no header here: one read of the fence key (the
             // smallest linearizable request) looks at etcd's state, so that an instance that
-            // mints nothing still finds a restored snapshot within one renewal.
+            // mints nothing still finds a restored snapshot within one renewal, and a holder
+            // learns a fence set since (after a restore, by another instance or by hand).
             let key = fence_key(&self.prefix);
-            let options = GetOptions::new().with_count_only();
-            if let Ok(got) =
-                self.etcd.attempt("read fence", |mut c| async move { c.get(key, Some(options)).await }).await
-            {
+            if let Ok(got) = self.etcd.attempt("read fence", |mut c| async move { c.get(key, None).await }).await {
                 self.saw(got.header());
+                fence = got.kvs().first().and_then(parse_fence);
             }
         }
         match result {
-            Ok(()) => Reply::Renewed { ttl: self.ttl },
+            Ok(()) => Reply::Renewed { ttl: self.ttl, fence },
             Err(error) if error.contains("lease not found") => Reply::SessionGone,
             Err(error) => Reply::Failed { error, outcome: Outcome::Unknown },
         }
@@ -641,6 +638,12 @@ impl EtcdStore {
         self.saw(response.header());
         Ok(Reply::Released)
     }
+}
+
+/// The fence a fence key's value holds; `None` for one that cannot be read.
+fn parse_fence(kv: &etcd_client::KeyValue) -> Option<Fence> {
+    let record: FenceRecord = serde_json::from_slice(kv.value()).ok()?;
+    Some(Fence { until_ms: record.until_ms, version: Version::At(kv.mod_revision()), reason: record.reason })
 }
 
 /// What a reservation key holds once `write` applied.

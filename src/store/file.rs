@@ -482,7 +482,7 @@ impl Store for FileStore {
             Request::WriteReservations { writes, .. } => self.write(writes).await,
             // One instance per state dir: no fleet to fence.
             Request::SetFence { .. } => Reply::FenceSet,
-            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX },
+            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX, fence: None },
             Request::Release { .. } => Reply::Released,
             Request::CloseSession { .. } => {
                 // Unlock: the next run may take the state at once.

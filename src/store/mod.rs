@@ -226,6 +226,9 @@ pub enum Reply {
     },
     Renewed {
         ttl: Duration,
+        /// The fleet's fence as the store holds it (etcd mode): a holder learns a new one here
+        /// too, not only with the floors of a claim.
+        fence: Option<Fence>,
     },
     /// The session is gone on the store (etcd: "lease not found"); every slot with it.
     SessionGone,
