@@ -807,7 +807,19 @@ impl Keeper {
         self.base_ms(now).max(slot.floor_ms.unwrap_or(i64::MIN))
     }
 
+    /// How far `slot`'s reservation is written: a window past where minting stands. A floor
+    /// more than a window ahead of that (a fence, or a reservation still far ahead) is
+    /// written as it is: nothing is minted until the minting time nears it, and a window
+    /// past it would reach further ahead of the clock than any fence counts on, compounding
+    /// at each fenced claim (a fence window past now covers every reservation a window past
+    /// a clock; simulator seed 179620463618 lost such a reservation to a restore).
     fn target_ms(&self, now: Now, slot: &Slot) -> i64 {
+        let minting = self.base_ms(now);
+        if let Some(floor) = slot.floor_ms
+            && floor > minting.saturating_add(self.config.window_ms)
+        {
+            return floor.min(self.ceiling_ms());
+        }
         self.extension_base(now, slot).saturating_add(self.config.window_ms).min(self.ceiling_ms())
     }
 
@@ -2116,6 +2128,44 @@ mod tests {
         let settled = granted(&mut k);
         exchange(&mut k, at(2_500), |_| renewed(&fence));
         assert_eq!(granted(&mut k).epoch, settled.epoch, "a fence known already is no news");
+    }
+
+    /// A claim whose floor stands far ahead of its clock (a fence) writes the floor as its
+    /// reservation, not a window past it, and extends a window past it once minting nears
+    /// it: a reservation never reaches more than a window past where minting stands, which
+    /// every fence counts on (simulator seed 179620463618: a fenced claim's reservation, a
+    /// window past a fence, lost to a restore and past the next fence).
+    #[test]
+    fn a_floor_far_ahead_is_reserved_as_it_is_until_minting_nears_it() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: (0..1024).filter(|&s| s != 4).collect(), ours: vec![] });
+        exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
+        let ahead = Stored::Reserved { until_ms: WALL + 60_000, version: Version::At(5) };
+        exchange(&mut k, at(0), |_| {
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: ahead }])
+        });
+        let first = exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(6))]));
+        let Request::WriteReservations { writes, .. } = first else { panic!("{first:?}") };
+        assert_eq!(writes[0].until_ms, WALL + 60_000, "{writes:?}");
+        // The clock within a window of the floor: a window past the floor.
+        let at_floor = Now { wall_ms: WALL + 58_000, boot: Duration::from_millis(58_000) };
+        k.extend_now();
+        let mut written = None;
+        for _ in 0..8 {
+            let Some((id, request)) = k.poll_request(at_floor) else { break };
+            let reply = match &request {
+                Request::WriteReservations { writes, .. } => {
+                    written = Some(writes[0].until_ms);
+                    Reply::Written(vec![(4, Version::At(7))])
+                }
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
+                Request::CountSlots => Reply::SlotCount { taken: 1 },
+                other => panic!("{other:?}"),
+            };
+            k.handle_reply(at_floor, id, reply);
+        }
+        assert_eq!(written, Some(WALL + 63_000));
     }
 
     /// The store goes back while a fleet's fence still stands ahead of the clock: holders
