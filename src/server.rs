@@ -323,6 +323,7 @@ async fn start_keeper(
         seed,
         max_fleet_skew_ms,
         fence_window_ms: keeper::fence_window_ms(ttl, config.max_clock_drift, window_ms, max_fleet_skew_ms),
+        max_clock_drift_ms: config.max_clock_drift.as_millis().min(i64::MAX as u128) as i64,
     };
     let driver = |call_timeout, start_timeout| DriverConfig {
         call_timeout,

@@ -610,6 +610,7 @@ async fn start_keeper(
         seed: u64::from(first) * 0x9e37_79b9 + 1,
         max_fleet_skew_ms: Some(30_000),
         fence_window_ms: keeper::fence_window_ms(config.lease_ttl, Duration::from_secs(10), 3_000, Some(30_000)),
+        max_clock_drift_ms: 10_000,
     };
     let driver = keeper::DriverConfig {
         call_timeout: config.call_timeout(),

@@ -58,6 +58,10 @@ pub struct KeeperConfig {
     /// store is found to have gone back in time, or a slot's reservation to be missing, no
     /// floor is trusted, and minting waits until past anything anyone could have minted.
     pub fence_window_ms: i64,
+    /// How far the minting time may run ahead of the clock (`--max-clock-drift-ms`; 0 under
+    /// the strict policy): a floor further ahead than this (and than a window) cannot be
+    /// minted at yet, and is reserved as it is ([`Keeper::target_ms`]).
+    pub max_clock_drift_ms: i64,
 }
 
 /// How far past "now" anyone may have minted on a slot whose stored reservation is lost (the
@@ -808,15 +812,15 @@ impl Keeper {
     }
 
     /// How far `slot`'s reservation is written: a window past where minting stands. A floor
-    /// more than a window ahead of that (a fence, or a reservation still far ahead) is
-    /// written as it is: nothing is minted until the minting time nears it, and a window
-    /// past it would reach further ahead of the clock than any fence counts on, compounding
-    /// at each fenced claim (a fence window past now covers every reservation a window past
-    /// a clock; simulator seed 179620463618 lost such a reservation to a restore).
+    /// further ahead of the clock than minting may run (the drift bound, and at least a
+    /// window) is written as it is: nothing is minted at it yet, and a window past it would
+    /// reach further ahead of the clock than any fence counts on, compounding at each fenced
+    /// claim (a fence window past now covers every reservation within the drift bound and a
+    /// window of a clock; simulator seed 179620463618 lost such a reservation to a restore).
     fn target_ms(&self, now: Now, slot: &Slot) -> i64 {
-        let minting = self.base_ms(now);
+        let reach = self.config.max_clock_drift_ms.max(self.config.window_ms);
         if let Some(floor) = slot.floor_ms
-            && floor > minting.saturating_add(self.config.window_ms)
+            && floor > now.wall_ms.saturating_add(reach)
         {
             return floor.min(self.ceiling_ms());
         }
@@ -1599,6 +1603,7 @@ mod tests {
             seed: 1,
             max_fleet_skew_ms: None,
             fence_window_ms: 53_000,
+            max_clock_drift_ms: 10_000,
         })
     }
 
@@ -2265,6 +2270,7 @@ mod tests {
             seed: 1,
             max_fleet_skew_ms: Some(max_ms),
             fence_window_ms: 53_000,
+            max_clock_drift_ms: 10_000,
         })
     }
 

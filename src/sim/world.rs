@@ -760,6 +760,11 @@ impl World {
                     return;
                 }
                 let Ev::Answer { reply, revision, .. } = ev else { unreachable!() };
+                // A late answer to a request no longer awaited (its call timed out) is never
+                // seen: the store's future for it was dropped, header and all.
+                if self.process_mut(m).in_flight != Some(id) {
+                    return;
+                }
                 // As the etcd store does: a header below one seen before means the store
                 // went back in time.
                 let reply = match revision.and_then(|r| self.process_mut(m).horizon.saw(1, r)) {
@@ -960,6 +965,7 @@ impl World {
             seed: self.rng.next_u64(),
             max_fleet_skew_ms: params.max_fleet_skew_ms,
             fence_window_ms: params.fence_window_ms,
+            max_clock_drift_ms: params.max_clock_drift.as_millis() as i64,
         });
         let minter = MinterCore::new(
             MinterConfig {

@@ -340,6 +340,7 @@ pub async fn start_keeper(
         // As `serve` does by default: the start samples other holders' clocks first.
         max_fleet_skew_ms: Some(30_000),
         fence_window_ms: keeper::fence_window_ms(config.lease_ttl, Duration::from_secs(10), 3_000, Some(30_000)),
+        max_clock_drift_ms: 10_000,
     };
     let driver = keeper::DriverConfig {
         call_timeout: config.call_timeout(),
