@@ -819,8 +819,11 @@ impl Keeper {
     /// window of a clock; simulator seed 179620463618 lost such a reservation to a restore).
     fn target_ms(&self, now: Now, slot: &Slot) -> i64 {
         let reach = self.config.max_clock_drift_ms.max(self.config.window_ms);
+        // Never below where this process's own minting stands (a resumed claim's floor can
+        // be below it: simulator seed 179620722983).
+        let minting = self.base_ms(now);
         if let Some(floor) = slot.floor_ms
-            && floor > now.wall_ms.saturating_add(reach)
+            && floor > minting.max(now.wall_ms.saturating_add(reach))
         {
             return floor.min(self.ceiling_ms());
         }
