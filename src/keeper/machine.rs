@@ -2176,6 +2176,28 @@ mod tests {
         assert_eq!(written, Some(WALL + 63_000));
     }
 
+    /// A floor far ahead of a clock that was stepped back can still be below where this
+    /// process's own minting stands (a resumed claim's floor: simulator seed 179620722983).
+    /// Written as it is, it would lower the reservation below IDs already minted; it is
+    /// reserved a window past the minting instead.
+    #[test]
+    fn a_floor_below_the_processs_own_minting_is_not_reserved_as_it_is() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        // Minting stands 30 s ahead of this clock: the clock was stepped back.
+        k.handle_progress(WALL + 30_000, vec![]);
+        exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(0), |_| Reply::Slots { taken: (0..1024).filter(|&s| s != 4).collect(), ours: vec![] });
+        exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
+        // The floor is beyond the drift bound from the clock, and below the minting.
+        let floor = Stored::Reserved { until_ms: WALL + 20_000, version: Version::At(5) };
+        exchange(&mut k, at(0), |_| {
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: floor }])
+        });
+        let first = exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(6))]));
+        let Request::WriteReservations { writes, .. } = first else { panic!("{first:?}") };
+        assert_eq!(writes[0].until_ms, WALL + 33_000, "{writes:?}");
+    }
+
     /// The store goes back while a fleet's fence still stands ahead of the clock: holders
     /// fenced at it reserved a window past it, and the restore may have lost those writes.
     /// The new fence reaches a reservation window past the old one, or a floor read later
