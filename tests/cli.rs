@@ -334,12 +334,14 @@ fn help_of(args: &[&str]) -> String {
     output.stdout
 }
 
-/// Every flag of every subcommand is in the README, in its subcommand's section, with the
-/// environment variable it reads: `serve`'s by the README's one rule, the others' by name. The
-/// flags are read from the real binary's `--help`.
+/// Every flag of every subcommand is in docs/operations/configuration.md, in its subcommand's
+/// section, with the environment variable it reads: `serve`'s by the page's one rule, the
+/// others' by name. The flags are read from the real binary's `--help`.
 #[test]
-fn every_flag_of_every_subcommand_is_in_the_readme() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn every_flag_of_every_subcommand_is_in_the_configuration_page() {
+    const PAGE: &str = "docs/operations/configuration.md";
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations/configuration.md")).unwrap();
     let top = help_of(&["--help"]);
     let commands: Vec<&str> = top
         .lines()
@@ -351,8 +353,9 @@ fn every_flag_of_every_subcommand_is_in_the_readme() {
         .collect();
     assert_eq!(commands, ["serve", "decode", "audit", "fence", "next", "batch", "bench"], "{top}");
     for name in commands {
-        let heading = format!("### `snowmint {name}");
-        let start = readme.find(&heading).unwrap_or_else(|| panic!("the README has no section {heading}`"));
+        let heading = format!("\n## `snowmint {name}");
+        let start = readme.find(&heading).unwrap_or_else(|| panic!("{PAGE} has no section {heading}`")) + 1;
+        let heading = &heading[1..];
         let section = &readme[start..];
         let section = &section[..section[heading.len()..].find("\n#").map_or(section.len(), |i| i + heading.len())];
         let flags = flags_in_help(&help_of(&[name, "--help"]));
@@ -363,16 +366,16 @@ fn every_flag_of_every_subcommand_is_in_the_readme() {
         }
         for (flag, env) in flags {
             if flag.starts_with('<') {
-                assert!(section.contains(&flag), "{name}: {flag} is not in its README section");
+                assert!(section.contains(&flag), "{name}: {flag} is not in its section of {PAGE}");
                 continue;
             }
-            assert!(section.contains(&format!("`{flag}`")), "{name}: `{flag}` is not in its README section");
+            assert!(section.contains(&format!("`{flag}`")), "{name}: `{flag}` is not in its section of {PAGE}");
             let Some(env) = env else { continue };
             if name == "serve" {
                 let expected = format!("SNOWMINT_{}", flag.trim_start_matches('-').to_uppercase().replace('-', "_"));
                 assert_eq!(env, expected, "serve {flag}");
             } else {
-                assert!(section.contains(&env), "{name}: {env} (of {flag}) is not in its README section");
+                assert!(section.contains(&env), "{name}: {env} (of {flag}) is not in its section of {PAGE}");
             }
         }
     }

@@ -341,22 +341,25 @@ async fn an_empty_buffer_fails_its_callers_when_the_refill_fails() {
     refusing.stop().await;
 }
 
-/// The README's Rust quick start, exactly as the README shows it, against a real server.
+/// The Rust quick start, exactly as docs/api/rust-client.md shows it, against a real server.
 #[path = "../clients/rust/examples/quickstart.rs"]
 #[allow(dead_code)]
 mod quickstart;
 
 #[tokio::test]
-async fn the_readme_quick_start_runs() {
+async fn the_rust_quick_start_runs_as_the_page_shows_it() {
     let (server, _dir) = server().await;
     quickstart::mint(&format!("{},{}", server.url(), server.url())).await.unwrap();
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api/rust-client.md")).unwrap();
     let example =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/clients/rust/examples/quickstart.rs")).unwrap();
-    let marker = "<!-- snippet: clients/rust/examples/quickstart.rs -->\n```rust\n";
-    let start = readme.find(marker).expect("the README shows the Rust quick start") + marker.len();
-    let shown = &readme[start..start + readme[start..].find("```\n").unwrap()];
-    assert_eq!(shown, example, "the README's Rust quick start differs from clients/rust/examples/quickstart.rs");
+    let marker = "<!-- snippet: ../../clients/rust/examples/quickstart.rs -->\n```rust\n";
+    let start = page.find(marker).expect("docs/api/rust-client.md shows the Rust quick start") + marker.len();
+    let shown = &page[start..start + page[start..].find("```\n").unwrap()];
+    assert_eq!(
+        shown, example,
+        "the Rust quick start of docs/api/rust-client.md differs from clients/rust/examples/quickstart.rs"
+    );
     server.stop().await;
 }
 

@@ -1,8 +1,9 @@
-//! The Connect protocol on the gRPC port, driven with `curl` as a person would: the README's
-//! examples exactly as written, against the real binary, JSON and binary, HTTP/1.1 and HTTP/2, plain and over TLS (ALPN
-//! picks the version), every error with the protocol's HTTP status, `Connect-Timeout-Ms`, and
-//! the calls counted under `protocol="connect"`. The official Connect client for Node covers
-//! the same server in `tests/connect/` (run by `scripts/check`).
+//! The Connect protocol on the gRPC port, driven with `curl` as a person would: the examples of
+//! README.md and docs/api/connect.md exactly as written, against the real binary, JSON and
+//! binary, HTTP/1.1 and HTTP/2, plain and over TLS (ALPN picks the version), every error with
+//! the protocol's HTTP status, `Connect-Timeout-Ms`, and the calls counted under
+//! `protocol="connect"`. The official Connect client for Node covers the same server in
+//! `tests/connect/` (run by `scripts/check`).
 
 mod common;
 
@@ -87,7 +88,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
-/// Whether `line` (an answer the README shows) matches `got`, where each `…` stands for an ID
+/// Whether `line` (an answer a page shows) matches `got`, where each `…` stands for an ID
 /// (decimal digits).
 fn matches_shown(shown: &str, got: &str) -> bool {
     let mut rest = got;
@@ -106,18 +107,24 @@ fn matches_shown(shown: &str, got: &str) -> bool {
     rest.is_empty()
 }
 
-/// Every `curl` line of the README's Connect examples, run exactly as written but for the
-/// server's address, answers what the `# ` line under it shows, from the real binary as an
-/// operator starts it.
+/// The block of `curl` examples under the marker in `page` (relative to the repository).
+fn connect_examples(page: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
+    let marker = "<!-- connect examples: run by tests/connect.rs -->\n```sh\n";
+    let start = text.find(marker).unwrap_or_else(|| panic!("{page} has no Connect examples")) + marker.len();
+    text[start..start + text[start..].find("```\n").unwrap()].to_string()
+}
+
+/// Every `curl` line of the Connect examples (the front page's first call, and the full set
+/// in docs/api/connect.md), run exactly as written but for the server's address, answers what
+/// the `# ` line under it shows, from the real binary as an operator starts it.
 #[tokio::test]
-async fn the_readme_curl_examples_answer_as_shown() {
+async fn the_curl_examples_of_the_pages_answer_as_shown() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = common::Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let marker = "<!-- connect examples: run by tests/connect.rs -->\n```sh\n";
-    let start = readme.find(marker).expect("the README has the Connect examples") + marker.len();
-    let block = &readme[start..start + readme[start..].find("```\n").unwrap()];
-    let lines: Vec<&str> = block.lines().collect();
+    let front = connect_examples("README.md");
+    let block = connect_examples("docs/api/connect.md");
+    let lines: Vec<&str> = front.lines().chain(block.lines()).collect();
     let mut ran = 0;
     for (i, line) in lines.iter().enumerate() {
         if !line.starts_with("curl ") {
@@ -139,7 +146,8 @@ async fn the_readme_curl_examples_answer_as_shown() {
     }
     let first = r#"curl -H 'Content-Type: application/json' -d '{"count":3}' http://127.0.0.1:50051/snowmint.v1.IdService/BatchIds"#;
     assert!(block.starts_with(&format!("{first}\n# {{\"ids\":[\"…\",\"…\",\"…\"]}}\n")), "{block}");
-    assert!(ran >= 4, "{ran} examples");
+    assert!(front.starts_with("curl "), "{front}");
+    assert!(ran >= 6, "{ran} examples");
     server.signal("TERM");
     assert!(server.wait(common::EXIT_LIMIT).await.success());
 }

@@ -85,10 +85,10 @@ impl Alarm {
     pub fn explain(self) -> &'static str {
         match self {
             Alarm::NoSpace => {
-                "etcd raised its NOSPACE alarm (its database reached --quota-backend-bytes) and refuses every write: compact etcd's history, defragment every member and run `etcdctl alarm disarm` (the README's runbook, SnowmintEtcdAlarm, has the commands); minting resumes by itself once etcd accepts writes"
+                "etcd raised its NOSPACE alarm (its database reached --quota-backend-bytes) and refuses every write: compact etcd's history, defragment every member and run `etcdctl alarm disarm` (the runbook, docs/runbook.md#snowmintetcdalarm, has the commands); minting resumes by itself once etcd accepts writes"
             }
             Alarm::Corrupt => {
-                "etcd raised its CORRUPT alarm (a member's data disagrees with the others') and refuses reads and writes: find the corrupt member (etcd's log), remove it and add it back with an empty data dir, or restore the cluster from a snapshot, then run `etcdctl alarm disarm` (the README's runbook, SnowmintEtcdAlarm); minting resumes by itself once etcd accepts writes"
+                "etcd raised its CORRUPT alarm (a member's data disagrees with the others') and refuses reads and writes: find the corrupt member (etcd's log), remove it and add it back with an empty data dir, or restore the cluster from a snapshot, then run `etcdctl alarm disarm` (the runbook, docs/runbook.md#snowmintetcdalarm); minting resumes by itself once etcd accepts writes"
             }
         }
     }
