@@ -162,8 +162,8 @@ import yaml
 PLAIN_RULES = "deploy/prometheus/snowmint-rules.yaml"
 PROMETHEUS_RULE = "deploy/base/prometheusrule.yaml"
 DASHBOARD = "deploy/grafana/snowmint-dashboard.json"
-README = "README.md"
-RUNBOOK_BASE = "https://github.com/snowmint/snowmint/blob/main/README.md#"
+RUNBOOK = "docs/runbook.md"
+RUNBOOK_BASE = "https://github.com/snowmint/snowmint/blob/main/" + RUNBOOK + "#"
 CRD_GROUPS = ("monitoring.coreos.com/",)
 
 # Environment variables snowmint reads: SNOWMINT_ + each flag of `snowmint serve`.
@@ -523,10 +523,10 @@ def cmd_drift():
 
 def cmd_rules_meta():
     groups = load(PLAIN_RULES)["groups"]
-    with open(README) as f:
+    with open(RUNBOOK) as f:
         anchors = heading_anchors(f.read())
     if "alert-runbook" not in anchors:
-        fail(f"{README} has no 'Alert runbook' heading")
+        fail(f"{RUNBOOK} has no 'Alert runbook' heading")
     names = []
     for g in groups:
         for r in g["rules"]:
@@ -544,7 +544,7 @@ def cmd_rules_meta():
             if url != RUNBOOK_BASE + name.lower():
                 fail(f"{name}: runbook_url must be {RUNBOOK_BASE + name.lower()}")
             if name.lower() not in anchors:
-                fail(f"{name}: {README} has no runbook heading '{name}'")
+                fail(f"{name}: {RUNBOOK} has no runbook heading '{name}'")
     if len(set(names)) != len(names):
         fail("duplicate alert names")
     print(f"{len(names)} alerts: {', '.join(names)}")
