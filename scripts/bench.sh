@@ -18,7 +18,7 @@
 #     --peers, ferroid's tonic server (ferroid-tonic-server 2.0.0) at 1 and 128 workers,
 #     through bench/ferroid-client.
 #
-# Prints Markdown tables (the README's performance section) and how each target fared.
+# Prints Markdown tables (docs/performance.md) and how each target fared.
 #
 #   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers]
 #                    [--fair-quantum IDS]
@@ -440,7 +440,7 @@ fi
 # One worker thread: the load generators take the machine's other core, and Redis serves
 # from one thread too. On two shared cores a second worker only adds cross-core handoffs:
 # more instructions per call (scripts/count-instructions.sh --worker-threads 2 counts them;
-# the README has both counts), and the system time of the wake-ups on top.
+# docs/performance.md has both counts), and the system time of the wake-ups on top.
 start_server --worker-threads 1
 
 # --- NextId with 64 calls in flight, Redis INCR and PostgreSQL nextval, in interleaved

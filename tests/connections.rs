@@ -2,7 +2,7 @@
 //! address, the bound on a connection's handshake, and what each connection costs.
 //!
 //! The bounded cases run with every `cargo test`; `connection_table` (ignored) is what
-//! `scripts/connections` runs for the README's connection table: a real server process,
+//! `scripts/connections` runs for the connection table of docs/operations/fleets.md: a real server process,
 //! thousands of idle connections and hundreds of active ones from this process.
 
 mod common;
@@ -403,7 +403,7 @@ async fn load(addr: SocketAddr, active: usize, secs: u64) -> (f64, Duration, Dur
     (rate, at(0.5), at(0.99))
 }
 
-/// The README's connection table: RSS with `SNOWMINT_IDLE_CONNECTIONS` (default 10,000)
+/// The connection table of docs/operations/fleets.md: RSS with `SNOWMINT_IDLE_CONNECTIONS` (default 10,000)
 /// idle connections open, and NextId from `SNOWMINT_ACTIVE_CONNECTIONS` (default 1,000)
 /// active ones beside them, against 64 active ones alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

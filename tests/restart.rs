@@ -229,7 +229,7 @@ async fn a_start_that_failed_before_its_first_write_leaves_the_state_dir_fresh()
     assert!(holder.wait(Duration::from_secs(10)).await.success());
 }
 
-/// A reservation that cannot be written (the README's full or read-only disk): minting goes
+/// A reservation that cannot be written (the full or read-only disk of docs/design/guarantees.md): minting goes
 /// on inside the reservation already on disk, never past it, then refuses with UNAVAILABLE;
 /// the failure is logged and counted, and minting resumes once writes work again.
 ///

@@ -29,11 +29,11 @@
 //!   that arrive later in the tick. Without it a saturating bulk client spends every tick's
 //!   sequence the moment the tick begins, and a `NextId` arriving at any other moment
 //!   waits for the next tick: one caller asking in a loop locks onto the tick and waits a
-//!   whole one every call (p50 1.0 ms instead of 0.2 ms; the README's performance section
-//!   has both). The reserve left unused at the end of a tick is not minted: while small
-//!   callers are about, bulk callers get at most 63 64ths of the ceiling. It applies only
-//!   while minting at the clock's tick: on borrowed time, ahead of a clock that is behind,
-//!   ticks are not paced by the clock.
+//!   whole one every call (p50 1.0 ms instead of 0.2 ms: docs/performance.md has the run
+//!   with it, CHANGELOG.md's performance history the run without). The reserve left unused
+//!   at the end of a tick is not minted: while small callers are about, bulk callers get at
+//!   most 63 64ths of the ceiling. It applies only while minting at the clock's tick: on
+//!   borrowed time, ahead of a clock that is behind, ticks are not paced by the clock.
 //!
 //! # Who gets into the queue: answered within its deadline, or refused at once
 //!
@@ -90,8 +90,8 @@
 //!   (with 256, sixteen bulk connections are each served every tick; with a tick's worth,
 //!   the tick goes to one connection at a time), large enough that a round is not mostly
 //!   bookkeeping (a turn costs one generator fill). Measured with 16, 256 and 4,096, the
-//!   differences in latency and throughput were within the machine's drift (the README's
-//!   performance section), so the choice rests on that reasoning; small asks do not depend
+//!   differences in latency and throughput were within the machine's drift
+//!   (docs/performance.md), so the choice rests on that reasoning; small asks do not depend
 //!   on it, they are served from the reserve.
 //!
 //! Uniqueness and order do not depend on the policy: every ID comes from the one generator,

@@ -25,7 +25,8 @@ const ALARM_POLL_RAISED: Duration = Duration::from_secs(5);
 
 /// The shortest and the longest `--etcd-compaction-interval` accepted. Below a second the
 /// rounds would be a load of their own; above an hour, a large fleet's history kept between
-/// two compactions approaches etcd's default quota (the README's capacity figures).
+/// two compactions approaches etcd's default quota (the capacity figures
+/// in docs/operations/fleets.md).
 pub const MIN_COMPACTION_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_COMPACTION_INTERVAL: Duration = Duration::from_secs(3600);
 
