@@ -1,10 +1,12 @@
 //! The documentation against the tree: every performance figure sits under the command that
 //! produces it, each such command exists here, and the instruction-count script runs the
 //! server with the flags it is given; every quick start shown is the code of a file that a
-//! test runs, and every client language has one.
+//! test runs, and every client language has one; every relative link and anchor between the
+//! pages, and every runbook URL of the alerts, leads to a page and a heading that exist.
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -186,7 +188,7 @@ fn every_quick_start_is_code_that_a_test_runs_and_every_language_has_one() {
     }
 }
 
-/// The pages of the documentation, relative to the repository: the front page, every page
+/// The pages whose links are checked, relative to the repository: the front page, every page
 /// under `docs/`, the changelog, and the READMEs of `deploy/` and of the clients.
 fn markdown_pages() -> Vec<String> {
     fn under(dir: &Path, found: &mut Vec<PathBuf>) {
@@ -236,4 +238,228 @@ fn outside_code(text: &str) -> Vec<(usize, &str)> {
         }
     }
     lines
+}
+
+/// The anchor GitHub gives a heading's text: lower case, every character but letters,
+/// digits, hyphens, underscores and spaces dropped (backticks, punctuation, symbols), each
+/// space a hyphen.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every anchor of a page's headings, as GitHub makes them: a heading whose slug came before
+/// gets `-1`, `-2`, ... in order.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut anchors = BTreeSet::new();
+    for (_, line) in outside_code(text) {
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        if !(1..=6).contains(&hashes) || (line.len() > hashes && !line[hashes..].starts_with([' ', '\t'])) {
+            continue;
+        }
+        // A closing run of `#`s is not part of the heading.
+        let heading = line[hashes..].trim().trim_end_matches('#');
+        let base = slug(heading);
+        let count = seen.entry(base.clone()).or_insert(0);
+        let anchor = if *count == 0 { base.clone() } else { format!("{base}-{count}") };
+        *count += 1;
+        anchors.insert(anchor);
+    }
+    anchors
+}
+
+/// The targets of a line's Markdown links, inline (`[text](target)`, images too) and
+/// reference definitions (`[label]: target`); code spans are left out.
+fn link_targets(line: &str) -> Vec<String> {
+    let mut text = String::new();
+    let mut rest = line;
+    while let Some(start) = rest.find('`') {
+        text.push_str(&rest[..start]);
+        let run = rest[start..].len() - rest[start..].trim_start_matches('`').len();
+        let after = &rest[start + run..];
+        let close = "`".repeat(run);
+        match after.find(&close) {
+            Some(end) => rest = &after[end + run..],
+            None => {
+                text.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    text.push_str(rest);
+    let mut targets = Vec::new();
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[')
+        && let Some((label, target)) = trimmed.split_once("]:")
+        && !label.contains(']')
+        && let Some(target) = target.split_whitespace().next()
+    {
+        targets.push(target.trim_matches(['<', '>']).to_string());
+    }
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let end = after.find(')').unwrap_or(after.len());
+        let target = after[..end].split_whitespace().next().unwrap_or("").trim_matches(['<', '>']);
+        targets.push(target.to_string());
+        rest = &after[end..];
+    }
+    targets
+}
+
+/// `path` with its `.` and `..` resolved by name (so that messages name the page plainly).
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// What is wrong with `target` as a link from the page `from` (relative to the repository):
+/// a missing file, or an anchor no heading of the target page has. `None`: it is fine, or
+/// points outside the repository (a web address, mail).
+fn broken(from: &str, target: &str, pages: &mut BTreeMap<PathBuf, BTreeSet<String>>) -> Option<String> {
+    if target.is_empty() {
+        return Some("an empty link".to_string());
+    }
+    if ["http://", "https://", "mailto:"].iter().any(|scheme| target.starts_with(scheme)) {
+        return None;
+    }
+    let (path, anchor) = match target.split_once('#') {
+        Some((path, anchor)) => (path, Some(anchor)),
+        None => (target, None),
+    };
+    let root = Path::new(ROOT);
+    let file = normal(&if path.is_empty() {
+        root.join(from)
+    } else if let Some(absolute) = path.strip_prefix('/') {
+        root.join(absolute)
+    } else {
+        root.join(from).parent().unwrap().join(path)
+    });
+    if !file.exists() {
+        return Some(format!("{path} does not exist"));
+    }
+    let anchor = anchor?;
+    let page = if file.is_dir() { file.join("README.md") } else { file };
+    if page.extension().is_none_or(|e| e != "md") {
+        return Some(format!("#{anchor} on {}, which is not a Markdown page", page.display()));
+    }
+    let known = pages.entry(page.clone()).or_insert_with(|| {
+        anchors(&std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display())))
+    });
+    if known.contains(anchor) {
+        None
+    } else {
+        Some(format!("no heading of {} has the anchor #{anchor}", page.strip_prefix(root).unwrap_or(&page).display()))
+    }
+}
+
+/// This repository's files as GitHub shows them: runbook URLs may name a page this way.
+const BLOB: &str = "https://github.com/snowmint/snowmint/blob/main/";
+
+/// Every relative link of every page leads to a file of the tree, and every `#anchor` (on its
+/// own page or another) to a heading of that page, under GitHub's rules; so does every
+/// `runbook_url` of the alerts and every link into this repository under `deploy/`. Every
+/// broken one is reported, with its file and line.
+#[test]
+fn every_link_between_the_pages_leads_to_a_page_and_a_heading() {
+    let mut known = BTreeMap::new();
+    let mut problems = Vec::new();
+    let mut links = 0;
+    for page in markdown_pages() {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(&page)).unwrap();
+        for (number, line) in outside_code(&text) {
+            for target in link_targets(line) {
+                links += 1;
+                if let Some(problem) = broken(&page, &target, &mut known) {
+                    problems.push(format!("{page}:{number}: ({target}) {problem}"));
+                }
+            }
+        }
+    }
+    assert!(links > 100, "only {links} links found: the pages were not read");
+
+    // The alerts' runbook URLs, and any other link into this repository, under deploy/.
+    let mut files = Vec::new();
+    let mut dirs = vec![Path::new(ROOT).join("deploy")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut runbook_urls: BTreeMap<String, usize> = BTreeMap::new();
+    for file in files {
+        let name = file.strip_prefix(ROOT).unwrap().to_str().unwrap().to_string();
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let mut targets = Vec::new();
+            if let Some((_, value)) = line.split_once("runbook_url:") {
+                let value = value.trim().trim_matches(['"', '\'']);
+                *runbook_urls.entry(name.clone()).or_default() += 1;
+                match value.strip_prefix(BLOB) {
+                    Some(path) => targets.push(path.to_string()),
+                    None if value.contains("://") => {
+                        problems.push(format!("{name}:{}: runbook_url {value} is not a page of this repository", i + 1))
+                    }
+                    None => targets.push(value.trim_start_matches('/').to_string()),
+                }
+            } else {
+                let mut rest = line;
+                while let Some(at) = rest.find(BLOB) {
+                    let url = &rest[at + BLOB.len()..];
+                    let end =
+                        url.find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')')).unwrap_or(url.len());
+                    targets.push(url[..end].to_string());
+                    rest = &url[end..];
+                }
+            }
+            for target in targets {
+                // Relative to the repository: resolved as from a page at its root.
+                if let Some(problem) = broken("README.md", &target, &mut known) {
+                    problems.push(format!("{name}:{}: ({target}) {problem}", i + 1));
+                }
+            }
+        }
+    }
+    for rules in ["deploy/prometheus/snowmint-rules.yaml", "deploy/base/prometheusrule.yaml"] {
+        assert!(runbook_urls.get(rules).is_some_and(|&n| n > 0), "no runbook_url read in {rules}: {runbook_urls:?}");
+    }
+    assert!(problems.is_empty(), "{} broken links:\n{}", problems.len(), problems.join("\n"));
+}
+
+#[test]
+fn anchors_follow_githubs_rules() {
+    assert_eq!(slug("Running for months: compaction and alarms"), "running-for-months-compaction-and-alarms");
+    assert_eq!(slug("`snowmint decode <ID>`"), "snowmint-decode-id");
+    assert_eq!(
+        slug("`scripts/bench.sh --slots-only --peers`: IDs/s with k slots, beside ferroid"),
+        "scriptsbenchsh---slots-only---peers-idss-with-k-slots-beside-ferroid"
+    );
+    assert_eq!(slug("snake_case and kebab-case"), "snake_case-and-kebab-case");
+    let page = "# Top\n\n## Same\n\n```sh\n# not a heading\n```\n\n### Same\n\n## Same ##\n#nospace\n";
+    let expected: BTreeSet<String> = ["top", "same", "same-1", "same-2"].map(String::from).into();
+    assert_eq!(anchors(page), expected);
+    assert_eq!(link_targets("see [a](x.md#b), `[c](not-a-link)` and ![i](img.png)"), ["x.md#b", "img.png"]);
+    assert_eq!(link_targets("[`code` label](y.md \"title\")"), ["y.md"]);
+    assert_eq!(link_targets("[ref]: <z.md#c>"), ["z.md#c"]);
 }
