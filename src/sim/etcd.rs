@@ -279,7 +279,12 @@ impl EtcdModel {
     /// A request of an instance's compactor.
     pub fn compaction(&mut self, now: Us, request: &compactor::Request) -> compactor::Reply {
         self.expire(now);
-        let fence = self.kv.get(&Key::Fence).map(|kv| kv.mod_rev);
+        let fence = match self.kv.get(&Key::Fence) {
+            Some(Kv { value: Value::Fence(until_ms), mod_rev, .. }) => {
+                Some(compactor::FenceKey { mod_revision: *mod_rev, value: until_ms.to_string().into_bytes() })
+            }
+            _ => None,
+        };
         match *request {
             compactor::Request::Round { .. } if now < self.nospace_until => {
                 compactor::Reply::Failed { error: "etcdserver: mvcc: database space exceeded".into() }

@@ -31,7 +31,9 @@
 //! round before the restore may be reached again seconds after it: compacting to it would
 //! keep almost none of the new history. The round's transaction also reads the fleet's
 //! fence key (`<prefix>/fence`), which the restore procedure sets: a fence that changed
-//! since the last round, or an answer whose header shows etcd went back (the task's
+//! since the last round (its mod revision or its value: a restore done twice from one
+//! snapshot sets the fence at the same revision, a later time in it), or an answer whose
+//! header shows etcd went back (the task's
 //! [`went_back`](Compactor::went_back)), drops the revision seen, so the next compaction is
 //! to a revision seen after it, an interval of the new history kept.
 //!
@@ -53,13 +55,22 @@ pub enum Request {
     Compact { revision: i64 },
 }
 
-/// etcd's answer. `fence`: the fence key's mod revision, if it exists.
+/// The fleet's fence key as a round read it: its mod revision and its value. Two restores
+/// from one snapshot, each followed by `snowmint fence`, leave the key at the same mod
+/// revision; the value (a time a fence window past the restore) tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceKey {
+    pub mod_revision: i64,
+    pub value: Vec<u8>,
+}
+
+/// etcd's answer. `fence`: the fence key, if it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// The compare held: the put applied. `revision`: etcd's revision after it.
     Won {
         revision: i64,
-        fence: Option<i64>,
+        fence: Option<FenceKey>,
     },
     /// The compare failed: the key's version now (0 when it does not exist), the revision its
     /// last writer compacts to (if it holds one), and etcd's revision.
@@ -67,7 +78,7 @@ pub enum Reply {
         version: i64,
         compact_to: Option<i64>,
         revision: i64,
-        fence: Option<i64>,
+        fence: Option<FenceKey>,
     },
     /// The compaction applied.
     Compacted,
@@ -109,8 +120,8 @@ pub struct Compactor {
     /// A compaction this instance won the right to, not yet sent.
     to_compact: Option<i64>,
     in_flight: Option<Request>,
-    /// The fence key's mod revision at the last round answered (`None`: no round yet).
-    fence: Option<Option<i64>>,
+    /// The fence key at the last round answered (`None`: no round yet).
+    fence: Option<Option<FenceKey>>,
     events: VecDeque<Event>,
 }
 
@@ -169,11 +180,13 @@ impl Compactor {
 
     /// Takes in the fence a round's answer read: one that changed since the last round
     /// marks a restore.
-    fn saw_fence(&mut self, fence: Option<i64>) {
-        if let Some(before) = self.fence.replace(fence)
+    fn saw_fence(&mut self, fence: Option<FenceKey>) {
+        let revision = |f: &Option<FenceKey>| f.as_ref().map(|f| f.mod_revision);
+        if let Some(before) = self.fence.replace(fence.clone())
             && before != fence
         {
-            let detail = format!("the fleet's fence changed (mod revision {before:?}, now {fence:?})");
+            let (before, now) = (revision(&before), revision(&fence));
+            let detail = format!("the fleet's fence changed (mod revision {before:?}, now {now:?})");
             self.went_back(detail);
         }
     }
@@ -182,7 +195,7 @@ impl Compactor {
     pub fn handle_reply(&mut self, reply: Reply) {
         let Some(request) = self.in_flight.take() else { return };
         if let Reply::Won { fence, .. } | Reply::Lost { fence, .. } = &reply {
-            self.saw_fence(*fence);
+            self.saw_fence(fence.clone());
         }
         match (request, reply) {
             (Request::Round { .. }, Reply::Won { revision, .. }) => {
@@ -246,7 +259,7 @@ mod tests {
         value: Option<i64>,
         revision: i64,
         compacted: i64,
-        fence: Option<i64>,
+        fence: Option<FenceKey>,
     }
 
     impl Key {
@@ -257,13 +270,13 @@ mod tests {
                     self.version += 1;
                     self.value = Some(compact_to);
                     self.revision += 1;
-                    Reply::Won { revision: self.revision, fence: self.fence }
+                    Reply::Won { revision: self.revision, fence: self.fence.clone() }
                 }
                 Request::Round { .. } => Reply::Lost {
                     version: self.version,
                     compact_to: self.value,
                     revision: self.revision,
-                    fence: self.fence,
+                    fence: self.fence.clone(),
                 },
                 Request::Compact { revision } if revision <= self.compacted => Reply::AlreadyCompacted,
                 Request::Compact { revision } => {
@@ -346,7 +359,7 @@ mod tests {
         // Restored from a snapshot taken at revision 400 (after the round's put), fenced,
         // and written past 1,001 again within the interval.
         key.revision = 401;
-        key.fence = Some(401);
+        key.fence = Some(fence_at(401, 1_000));
         key.revision = 1_100;
         let events = run(&mut c, &mut key, secs(300));
         assert!(!events.iter().any(|e| matches!(e, Event::Compacted { .. })), "compacted the new history: {events:?}");
@@ -360,6 +373,37 @@ mod tests {
         c.went_back("etcd's revision is 7, below 1,201 seen before".into());
         let events = run(&mut c, &mut key, secs(900));
         assert!(!events.iter().any(|e| matches!(e, Event::Compacted { .. })), "{events:?}");
+    }
+
+    /// The fence key as `snowmint fence` leaves it: at `mod_revision`, until `until_ms`.
+    fn fence_at(mod_revision: i64, until_ms: i64) -> FenceKey {
+        FenceKey { mod_revision, value: format!("{{\"until_ms\":{until_ms}}}").into_bytes() }
+    }
+
+    /// A restore done twice from one snapshot, each time fenced as the runbook says, leaves
+    /// the fence key at the same mod revision, and the history after the second restore
+    /// reaches the revisions seen after the first one again. The fence's value (a later time)
+    /// shows the second restore: nothing seen before it is compacted to.
+    #[test]
+    fn a_second_restore_from_the_same_snapshot_compacts_nothing_seen_before_it() {
+        let mut key = Key::default();
+        let mut c = Compactor::new(INTERVAL, secs(0));
+        key.revision = 400;
+        run(&mut c, &mut key, secs(0));
+        // The first restore, from a snapshot at revision 400, fenced at revision 401.
+        key.revision = 401;
+        key.fence = Some(fence_at(401, 60_000));
+        let events = run(&mut c, &mut key, secs(300));
+        assert!(events.iter().any(|e| matches!(e, Event::WentBack { .. })), "{events:?}");
+        // The second restore, from the same snapshot, fenced at revision 401 again, and the
+        // fleet writes past the revision the last round saw within the interval.
+        key.revision = 401;
+        key.fence = Some(fence_at(401, 90_000));
+        key.revision = 500;
+        let events = run(&mut c, &mut key, secs(600));
+        assert!(!events.iter().any(|e| matches!(e, Event::Compacted { .. })), "compacted the new history: {events:?}");
+        assert!(events.iter().any(|e| matches!(e, Event::WentBack { .. })), "{events:?}");
+        assert_eq!(key.compacted, 0);
     }
 
     #[test]

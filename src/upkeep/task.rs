@@ -12,7 +12,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::compactor::{Compactor, Event, Reply, Request};
+use super::compactor::{Compactor, Event, FenceKey, Reply, Request};
 use crate::clock::Clock;
 use crate::metrics::{ALREADY_COMPACTED, COMPACTED, Metrics, RESULT_FAILED};
 use crate::store::alarm::{Alarm, AlarmWatch};
@@ -165,7 +165,8 @@ impl Upkeep {
                             Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
                             _ => None,
                         };
-                        let fence = got(1).map(|kv| kv.mod_revision());
+                        let fence =
+                            got(1).map(|kv| FenceKey { mod_revision: kv.mod_revision(), value: kv.value().to_vec() });
                         if response.succeeded() {
                             self.etcd.write_applied();
                             return Reply::Won { revision, fence };
