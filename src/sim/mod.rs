@@ -12,7 +12,9 @@
 //! stopped. The same seed gives the same run to the byte ([`world::Report::digest`]).
 //!
 //! `cargo test` runs a bounded sweep; `scripts/simulate` runs long ones. A failing schedule
-//! prints its seed; `SNOWMINT_SIM_SEED=<seed> cargo test --lib sim::` replays it.
+//! prints its seed, and
+//! `SNOWMINT_SIM_SEED=<seed> cargo test --release --lib sim::tests::the_default_sweep`
+//! replays it.
 
 mod checker;
 mod disk;

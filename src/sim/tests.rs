@@ -63,7 +63,7 @@ fn sweep_until(seeds: &[u64], defect: Option<Defect>, deadline: Option<Instant>)
 fn describe(failure: &(u64, Vec<String>)) -> String {
     let (seed, violations) = failure;
     format!(
-        "schedule {seed} failed; replay it with SNOWMINT_SIM_SEED={seed} cargo test --lib sim::\n  {}",
+        "schedule {seed} failed; replay it with SNOWMINT_SIM_SEED={seed} cargo test --release --lib sim::tests::the_default_sweep\n  {}",
         violations.join("\n  ")
     )
 }
@@ -76,7 +76,10 @@ fn the_default_sweep_finds_no_violation_first_half() {
         panic!("{}", describe(failure));
     }
     assert!(result.ids > 0, "the sweep minted nothing");
-    assert!(result.compactions > 100, "the fleets compacted etcd's history {} times", result.compactions);
+    // Across the sweep (one replayed schedule may compact seldom or never).
+    if std::env::var_os("SNOWMINT_SIM_SEED").is_none() {
+        assert!(result.compactions > 100, "the fleets compacted etcd's history {} times", result.compactions);
+    }
 }
 
 #[test]
