@@ -1020,11 +1020,13 @@ impl Keeper {
             Request::Claim { .. } => {
                 // The claim may have committed with its reply lost: list again, and a slot
                 // that carries this session is adopted as this instance's own. It may also
-                // commit later still: keep checking for a while.
+                // commit later still, even one refused for certain: a copy of it retried by
+                // a proxy, or held by a member, can land after the refusal (simulator seed
+                // 96265459142: copies of claims refused under NOSPACE landed once the alarm
+                // was cleared, and the slot stayed bound to a lease that never used it).
+                // Keep checking for a while after any failed claim.
                 self.listing = None;
-                if outcome == Outcome::Unknown {
-                    self.unsettled(now);
-                }
+                self.unsettled(now);
                 self.events.push_back(Event::RequestFailed { request: request.name(), error });
             }
             _ => self.events.push_back(Event::RequestFailed { request: request.name(), error }),
@@ -1792,12 +1794,25 @@ mod tests {
     /// any it does not use (found by the simulator, seed 320391).
     #[test]
     fn a_claim_that_commits_after_its_failure_is_given_back() {
+        a_claim_that_commits_after_it_failed_is_given_back(Outcome::Unknown, "no answer in time");
+    }
+
+    /// The same, for claims refused for certain: a copy of one (a proxy's retry) can still
+    /// land after the refusal (simulator seed 96265459142, under etcd's NOSPACE alarm).
+    #[test]
+    fn a_copy_of_a_refused_claim_that_lands_later_is_given_back() {
+        a_claim_that_commits_after_it_failed_is_given_back(
+            Outcome::NotApplied,
+            "etcdserver: mvcc: database space exceeded",
+        );
+    }
+
+    fn a_claim_that_commits_after_it_failed_is_given_back(outcome: Outcome, error: &str) {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
         exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
         let taken: Vec<u32> = (0..1024).filter(|&s| s != 4 && s != 5).collect();
         exchange(&mut k, at(0), |_| Reply::Slots { taken: taken.clone(), ours: vec![] });
-        let claim =
-            exchange(&mut k, at(0), |_| Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown });
+        let claim = exchange(&mut k, at(0), |_| Reply::Failed { error: error.into(), outcome });
         let Request::Claim { slot: tried, .. } = claim else { panic!("{claim:?}") };
         let other = if tried == 4 { 5 } else { 4 };
         // Listed again after a backoff: the claim has not landed yet.
@@ -1819,9 +1834,7 @@ mod tests {
                     Reply::Slots { taken: all, ours: vec![4, 5] }
                 }
                 // Claims of that slot keep failing (they too may land late); the other is won.
-                Request::Claim { slot, .. } if *slot == tried => {
-                    Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown }
-                }
+                Request::Claim { slot, .. } if *slot == tried => Reply::Failed { error: error.into(), outcome },
                 Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: true },
                 Request::ReadReservations { slots, .. } => Reply::reservations(
                     slots
