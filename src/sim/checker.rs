@@ -46,6 +46,13 @@ pub struct Checker {
     /// Slots whose reservation key an operator deleted by hand: what is stored (nothing, for
     /// a while) may be less than its holder wrote and saw confirmed.
     deleted: std::collections::BTreeSet<u32>,
+    /// Per slot: when its reservation key was deleted by hand.
+    deleted_at: BTreeMap<u32, Vec<Us>>,
+    /// Per (slot, owner): the end of the latest tick that owner minted on it, Unix ms.
+    minted_by: BTreeMap<(u32, Owner), i64>,
+    /// Per (slot, owner): what other owners had minted on the slot when the owner's claim
+    /// took effect (the end of their latest tick, Unix ms).
+    others_minted_at_claim: BTreeMap<(u32, Owner), i64>,
     /// The least history a compaction may keep (the compactor's interval, less a call's
     /// timeout and the clocks' rate error); zero where the fleet does not compact.
     pub compaction_min_kept_us: Us,
@@ -67,9 +74,7 @@ impl Checker {
     /// What the store did.
     pub fn note(&mut self, now: Us, note: Note) {
         match note {
-            Note::Claimed { slot, owner, .. } => {
-                self.claims.insert((slot, owner), now);
-            }
+            Note::Claimed { slot, owner, .. } => self.claimed(now, slot, owner),
             Note::ReservationWritten { slot, until_ms, writer, session, held } => {
                 if !held {
                     self.violation(
@@ -90,6 +95,7 @@ impl Checker {
             Note::Restored => self.restored = true,
             Note::ReservationDeleted { slot } => {
                 self.deleted.insert(slot);
+                self.deleted_at.entry(slot).or_default().push(now);
             }
             Note::Compacted { revision, kept_us } => {
                 if kept_us < self.compaction_min_kept_us {
@@ -109,8 +115,20 @@ impl Checker {
     /// A process starts holding fixed slots (a state file): its claim is the start.
     pub fn claim_fixed(&mut self, now: Us, owner: Owner, slots: &[u32]) {
         for &slot in slots {
-            self.claims.insert((slot, owner), now);
+            self.claimed(now, slot, owner);
         }
+    }
+
+    fn claimed(&mut self, now: Us, slot: u32, owner: Owner) {
+        self.claims.insert((slot, owner), now);
+        let others = self
+            .minted_by
+            .range((slot, (0, 0))..=(slot, (usize::MAX, u32::MAX)))
+            .filter(|((_, o), _)| *o != owner)
+            .map(|(_, ms)| *ms)
+            .max()
+            .unwrap_or(i64::MIN);
+        self.others_minted_at_claim.insert((slot, owner), others);
     }
 
     /// `ids`, one response on `connection`, issued by `owner` at `now` under `session`.
@@ -254,19 +272,33 @@ impl Checker {
             );
         }
         // Invariant 2: only above the reservations other processes wrote before the claim.
+        // One that an operator deleted by hand before the claim could not be read: the
+        // claim waits out a fence from its own clock, which covers what the others minted
+        // (a reservation may reach further, a fenced floor written as it is, with nothing
+        // minted at it: simulator seed 96218935117), so the floor is what they had minted.
         match self.claims.get(&(slot, owner)) {
             None => self.violation(now, format!("{owner:?} minted on slot {slot} without ever claiming it")),
             Some(&claimed_at) => {
                 // What another process stored last before the claim: its final shrink
                 // lowers its own earlier reservations, legitimately.
-                let floor = self
+                let last = self
                     .writes
                     .get(&slot)
                     .into_iter()
                     .flatten()
                     .filter(|(t, _, w, _)| *t <= claimed_at && *w != owner)
-                    .map(|(_, v, _, _)| *v)
+                    .map(|(t, v, _, _)| (*t, *v))
                     .next_back();
+                let hidden = |written: Us| {
+                    self.deleted_at.get(&slot).into_iter().flatten().any(|&at| written < at && at <= claimed_at)
+                };
+                let floor = last.map(|(t, v)| {
+                    if hidden(t) {
+                        self.others_minted_at_claim.get(&(slot, owner)).copied().unwrap_or(i64::MIN)
+                    } else {
+                        v
+                    }
+                });
                 if let Some(floor) = floor
                     && layout.tick_at(floor).is_some_and(|floor_tick| lowest <= floor_tick)
                 {
@@ -279,12 +311,45 @@ impl Checker {
         }
         let max = self.minted_max.entry(slot).or_insert(i64::MIN);
         *max = (*max).max(tick_end);
+        let by = self.minted_by.entry((slot, owner)).or_insert(i64::MIN);
+        *by = (*by).max(tick_end);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Checker;
+    use super::{Checker, StoreView};
+    use crate::layout::Layout;
+    use crate::sim::etcd::Note;
+
+    /// A reservation an operator deleted by hand before a claim could not be read by it:
+    /// the claim is held to what the others had minted, not to a reservation that reached
+    /// past it (a fenced floor written as it is: seed 96218935117). One still readable holds.
+    #[test]
+    fn a_reservation_deleted_before_the_claim_is_no_floor_but_what_was_minted_is() {
+        let layout = Layout::default_snowmint();
+        let tick = |ms: i64| layout.tick_at(ms).unwrap();
+        let view = || StoreView { lease_alive: true, holds: true, stored: Some(i64::MAX) };
+        let (a, b) = ((0, 1), (1, 1));
+        let base = layout.epoch_ms + 1_000_000;
+        for deleted in [true, false] {
+            let mut c = Checker::default();
+            c.note(0, Note::Claimed { slot: 2, owner: a, session: 1 });
+            c.check_slot(1, &layout, a, Some(1), 2, tick(base), base + 1, 1, view());
+            // A's fenced floor, written as it is, far past what it minted.
+            c.note(2, Note::ReservationWritten { slot: 2, until_ms: base + 30_000, writer: a, session: 1, held: true });
+            if deleted {
+                c.note(3, Note::ReservationDeleted { slot: 2 });
+            }
+            c.note(4, Note::Claimed { slot: 2, owner: b, session: 2 });
+            // B mints above what A minted, below A's reservation.
+            c.check_slot(5, &layout, b, Some(2), 2, tick(base + 10_000), base + 10_001, 1, view());
+            assert_eq!(c.violations.is_empty(), deleted, "deleted {deleted}: {:?}", c.violations);
+            // At or below what A minted is a violation either way.
+            c.check_slot(6, &layout, b, Some(2), 2, tick(base), base + 1, 1, view());
+            assert!(c.violations.iter().any(|v| v.contains("invariant 2")), "{:?}", c.violations);
+        }
+    }
 
     #[test]
     fn runs_merge_and_any_overlap_is_a_duplicate() {
