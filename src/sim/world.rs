@@ -188,13 +188,16 @@ impl Params {
             crate::keeper::fence_window_ms(self.ttl, self.max_clock_drift, self.window_ms, Some(spread_ms));
         // Back steps up to 3 s, a window, claims and renewals: the slowest recovery. Two
         // clocks apart by twice the skew: a holder behind waits that much more; after a
-        // restore, a fenced claim waits its fence out.
+        // restore, a fenced claim waits its fence out. A reservation key deleted by hand
+        // late in the faults under a standing fence is found only when its holder next
+        // writes, as its minting nears that fence (an idle holder writes nothing), and the
+        // fence it then sets is waited out again: two fence windows (seed 96721844484).
         self.recovery_bound = 3 * SECOND
             + self.window_ms as u64 * MS
             + 3 * ttl_us
             + 2 * SECOND
             + 2 * self.skew_us as u64
-            + if self.lost_state { self.fence_window_ms as u64 * MS } else { 0 };
+            + if self.lost_state { 2 * self.fence_window_ms as u64 * MS } else { 0 };
         // After the bound, a machine must mint again before the end. The network loses 1% of
         // requests even once the faults stop, and a lost request costs a call timeout (a
         // fifth of the TTL, 0.3 to 2 s): the tail leaves room for three lost in a row.
