@@ -186,7 +186,11 @@ impl Compactor {
             && before != fence
         {
             let (before, now) = (revision(&before), revision(&fence));
-            let detail = format!("the fleet's fence changed (mod revision {before:?}, now {now:?})");
+            let detail = if before == now {
+                format!("the fleet's fence changed (its value, at mod revision {now:?})")
+            } else {
+                format!("the fleet's fence changed (mod revision {before:?}, now {now:?})")
+            };
             self.went_back(detail);
         }
     }
