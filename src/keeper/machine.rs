@@ -227,9 +227,6 @@ struct Slot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KnownFence {
     until_ms: i64,
-    /// The fence's version in the store; `None` for one this instance set and has not read
-    /// back: every reservation read is below it.
-    version: Option<Version>,
     reason: String,
 }
 
@@ -1231,8 +1228,12 @@ impl Keeper {
         let own = self.own_writes.get(&id).copied();
         // The stored reservation never goes down, nor its version back: below this instance's
         // own confirmed write, the store lost what was written since (a restored snapshot).
+        // Nor does one revision hold two values: the same version with another value is a
+        // write of another history (a restore hands revisions out again).
         if let Some(own) = own
-            && (version < own.version || value.is_none_or(|v| v < own.until_ms))
+            && (version < own.version
+                || value.is_none_or(|v| v < own.until_ms)
+                || (version == own.version && value != Some(own.until_ms)))
         {
             let detail = format!(
                 "the reservation of slot {id} reads {} (version {version:?}), below {} (version {:?}) that this instance wrote and saw confirmed",
@@ -1269,8 +1270,6 @@ impl Keeper {
             slot.phase = Phase::NeedFirstWrite;
             return;
         }
-        let written_after_fence =
-            |fence: &KnownFence| fence.version.is_some_and(|f| version != Version::Absent && version > f);
         // Nothing is known of how far a missing slot was minted: wait out anything anyone
         // could, counted from the fleet's fence where it stands ahead (its holders reserved
         // past it, in the reservation now missing).
@@ -1278,7 +1277,11 @@ impl Keeper {
             Stored::Missing { reason } => Some((missing_fence, format!("{}: {reason}", read.location))),
             _ => None,
         };
-        let fleet = self.fence.as_ref().filter(|f| !written_after_fence(f)).map(|f| (f.until_ms, f.reason.clone()));
+        // The fleet's fence floors every claim, whatever the reservation's version: a restore
+        // hands the same revisions out again, so a reservation that reads as written after the
+        // fence may be an older write landing late (a copy held up in a proxy, seed
+        // 96273628996 of the simulator), lower than what its holder minted.
+        let fleet = self.fence.as_ref().map(|f| (f.until_ms, f.reason.clone()));
         let raised = missing.into_iter().chain(fleet).max_by_key(|(until_ms, _)| *until_ms);
         if let Some((until_ms, reason)) = raised
             && slot.floor_ms.is_none_or(|floor| floor < until_ms)
@@ -1305,7 +1308,7 @@ impl Keeper {
         let until_ms = self.fence_from(now, self.fence_before_reply);
         self.events.push_back(Event::StoreWentBack { detail: detail.clone(), fence_until_ms: until_ms });
         let reason = format!("the store went back in time ({detail})");
-        self.raise_fence(KnownFence { until_ms, version: None, reason: reason.clone() });
+        self.raise_fence(KnownFence { until_ms, reason: reason.clone() });
         if matches!(self.config.policy, SlotPolicy::Leased { .. }) {
             self.fence_to_set = Some((until_ms, reason.clone()));
         }
@@ -1339,7 +1342,7 @@ impl Keeper {
     fn learn_fence(&mut self, fence: Fence) {
         let known = self.fence.as_ref().map(|f| f.until_ms);
         let reason = fence.reason.clone();
-        self.raise_fence(KnownFence { until_ms: fence.until_ms, version: Some(fence.version), reason: fence.reason });
+        self.raise_fence(KnownFence { until_ms: fence.until_ms, reason: fence.reason });
         if known.is_none_or(|k| fence.until_ms > k) {
             self.fence_held(fence.until_ms, &reason);
         }
@@ -1367,14 +1370,8 @@ impl Keeper {
 
     /// Keeps the higher of the fence known and `fence`.
     fn raise_fence(&mut self, fence: KnownFence) {
-        match &mut self.fence {
-            Some(known) if known.until_ms >= fence.until_ms => {
-                // The store's copy of a fence this instance set: now its version is known.
-                if known.version.is_none() && fence.version.is_some() && known.until_ms == fence.until_ms {
-                    known.version = fence.version;
-                }
-            }
-            _ => self.fence = Some(fence),
+        if self.fence.as_ref().is_none_or(|known| known.until_ms < fence.until_ms) {
+            self.fence = Some(fence);
         }
     }
 
@@ -1937,9 +1934,11 @@ mod tests {
     /// Issue 23: etcd restored from an older snapshot. The first answer that shows it (a
     /// revision below one seen before) fences the fleet: the fence goes to the store before
     /// anything else, and this instance's own slot is read and written again, never below
-    /// what it had confirmed. A later claim of a slot whose reservation was written before
-    /// the fence takes the fence as its floor; one written after it (by a holder that knew
-    /// the store as it is) is trusted.
+    /// what it had confirmed. A later claim takes the fence as its floor, whatever version
+    /// the reservation reads: a restore hands revisions out again, and one that reads as
+    /// written after the fence may be a copy of an older write held up somewhere and landing
+    /// late (simulator seed 96273628996: it lowered three reservations below what their
+    /// holder had minted, and a successor would have taken that as its floor).
     #[test]
     fn a_store_gone_back_fences_every_floor_read_before_the_fence() {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
@@ -1971,11 +1970,12 @@ mod tests {
         assert!(writes[0].until_ms >= confirmed, "written back below what was confirmed");
 
         // Another instance claims slots after the fence was set (at version 20).
-        let fence = Fence { until_ms: WALL + 54_000, version: Version::At(20), reason: "etcd went back".into() };
+        let fence = Fence { until_ms: WALL + 54_000, reason: "etcd went back".into() };
         for (stored, fenced) in [
             (Stored::Reserved { until_ms: WALL + 500, version: Version::At(6) }, true),
             (Stored::Absent, true),
-            (Stored::Reserved { until_ms: WALL + 4_000, version: Version::At(25) }, false),
+            (Stored::Reserved { until_ms: WALL + 4_000, version: Version::At(25) }, true),
+            (Stored::Reserved { until_ms: WALL + 60_000, version: Version::At(25) }, false),
         ] {
             let mut other = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
             exchange(&mut other, at(2_000), |_| Reply::SessionOpened {
@@ -1998,7 +1998,7 @@ mod tests {
                 assert_eq!(slot.floor_ms, Some(WALL + 54_000), "{stored:?}");
                 assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("went back")), "{slot:?}");
             } else {
-                assert_eq!(slot.floor_ms, Some(WALL + 4_000), "{stored:?}");
+                assert_eq!(slot.floor_ms, Some(WALL + 60_000), "{stored:?}");
                 assert_eq!(slot.fenced, None);
             }
         }
@@ -2071,6 +2071,33 @@ mod tests {
         assert!(slot.fenced.as_deref().is_some_and(|r| r.contains("history holds 3")), "{slot:?}");
     }
 
+    /// A restore hands revisions out again: a re-claim that reads its own last write's
+    /// version holding another value (another instance's write, made after the restore) is
+    /// not that write. The store went back: the claim is fenced, never resumed (simulator
+    /// seed 96223646376 resumed with the old claim's floor, below the other's fenced floor).
+    #[test]
+    fn a_reclaim_reading_its_own_version_with_another_value_is_a_store_gone_back() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        exchange(&mut k, at(1_000), |_| Reply::SessionGone);
+        exchange(&mut k, at(1_000), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(3)) });
+        exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
+        exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
+        // The first write stored WALL + 3,000 at version 10; this is another one at 10.
+        let other = Stored::Reserved { until_ms: WALL + 40_000, version: Version::At(10) };
+        exchange(&mut k, at(1_000), |_| {
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: other }])
+        });
+        let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
+        assert!(events.iter().any(|e| matches!(e, Event::StoreWentBack { .. })), "{events:?}");
+        let set = exchange(&mut k, at(1_000), |_| Reply::FenceSet);
+        assert!(matches!(set, Request::SetFence { .. }), "{set:?}");
+        exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(11))]));
+        let slot = granted(&mut k).slots[0].clone();
+        assert!(!slot.resumes, "{slot:?}");
+        assert_eq!(slot.floor_ms, Some(WALL + 1_000 + 53_000));
+    }
+
     /// A missing reservation's own fence (now plus the fence window) can fall short of the
     /// fleet's fence when this instance's clock reads behind the one that set it; and a
     /// holder fenced at the fleet's fence reserved a window past it, in the reservation now
@@ -2079,7 +2106,7 @@ mod tests {
     /// fleet's fence.
     #[test]
     fn a_missing_reservation_never_floors_below_the_fleets_fence() {
-        let fence = Fence { until_ms: WALL + 80_000, version: Version::At(20), reason: "etcd went back".into() };
+        let fence = Fence { until_ms: WALL + 80_000, reason: "etcd went back".into() };
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
         exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 90, ttl: Some(Duration::from_secs(3)) });
         exchange(&mut k, at(0), |_| Reply::Slots { taken: (0..1024).filter(|&s| s != 4).collect(), ours: vec![] });
@@ -2127,7 +2154,7 @@ mod tests {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
         take_slot(&mut k, at(0), Stored::Absent);
         let before = granted(&mut k);
-        let fence = Fence { until_ms: WALL + 30_000, version: Version::At(9), reason: "etcd went back".into() };
+        let fence = Fence { until_ms: WALL + 30_000, reason: "etcd went back".into() };
         let renewed = |fence: &Fence| Reply::Renewed { ttl: Duration::from_secs(3), fence: Some(fence.clone()) };
         exchange(&mut k, at(1_000), |_| renewed(&fence));
         let after = granted(&mut k);
@@ -2220,11 +2247,7 @@ mod tests {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
         take_slot(&mut k, at(0), Stored::Absent);
         // A fence read from the store, set by another instance, ahead of this clock.
-        k.raise_fence(KnownFence {
-            until_ms: WALL + 80_000,
-            version: Some(Version::At(20)),
-            reason: "etcd went back".into(),
-        });
+        k.raise_fence(KnownFence { until_ms: WALL + 80_000, reason: "etcd went back".into() });
         exchange(&mut k, at(1_000), |_| Reply::WentBack {
             detail: "etcd's revision is 7, below 21 seen before".into(),
             reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3), fence: None }),
@@ -2254,7 +2277,7 @@ mod tests {
         exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
         // The reservation this instance wrote (version 2 or later) is gone: the store went
         // back. Another instance found it first and fenced the fleet until +60 s.
-        let first = Fence { until_ms: WALL + 60_000, version: Version::At(3), reason: "etcd went back".into() };
+        let first = Fence { until_ms: WALL + 60_000, reason: "etcd went back".into() };
         exchange(&mut k, at(1_000), |_| Reply::Reservations {
             reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: Stored::Absent }],
             fence: Some(first),
@@ -2292,8 +2315,10 @@ mod tests {
         let claim2 = reclaim(&mut k, 1_000, 78, theirs, 16);
         assert!(!claim2.resumes);
         assert_eq!(claim2.floor_ms, Some(WALL + 70_000));
-        // Claim 3 finds claim 2's own write: it resumes, above claim 2's floor.
-        let own = Stored::Reserved { until_ms: WALL + 130_000, version: Version::At(16) };
+        // Claim 3 finds claim 2's own write (its floor, written as it is): it resumes, above
+        // claim 2's floor.
+        assert_eq!(claim2.reserved_ms, WALL + 70_000);
+        let own = Stored::Reserved { until_ms: WALL + 70_000, version: Version::At(16) };
         let claim3 = reclaim(&mut k, 2_000, 79, own, 17);
         assert!(claim3.resumes);
         assert_eq!(claim3.floor_ms, Some(WALL + 70_000), "the floor of the claim it continues");

@@ -119,6 +119,7 @@ impl DiskStore {
             writer: owner,
             session: 1,
             held: true,
+            fenced_ms: None,
         });
         true
     }
@@ -183,6 +184,7 @@ impl DiskStore {
                             writer: owner,
                             session: 1,
                             held: true,
+                            fenced_ms: None,
                         });
                     }
                     match fault {

@@ -74,7 +74,16 @@ struct Lease {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Note {
     /// A reservation write took effect. `held`: the writer's session held the slot then.
-    ReservationWritten { slot: u32, until_ms: i64, writer: Owner, session: SessionId, held: bool },
+    /// `fenced_ms`: the fleet's fence standing in the store then (every later claim floors
+    /// at it).
+    ReservationWritten {
+        slot: u32,
+        until_ms: i64,
+        writer: Owner,
+        session: SessionId,
+        held: bool,
+        fenced_ms: Option<i64>,
+    },
     /// `owner`'s session now holds `slot`.
     Claimed { slot: u32, owner: Owner, session: SessionId },
     /// The store was restored from a snapshot: what was written since is gone.
@@ -257,8 +266,8 @@ impl EtcdModel {
     /// The fence, as the store reads it with the floors.
     fn fence(&self) -> Option<Fence> {
         match self.kv.get(&Key::Fence) {
-            Some(Kv { value: Value::Fence(until_ms), mod_rev, .. }) => {
-                Some(Fence { until_ms: *until_ms, version: Version::At(*mod_rev), reason: "the fleet's fence".into() })
+            Some(Kv { value: Value::Fence(until_ms), .. }) => {
+                Some(Fence { until_ms: *until_ms, reason: "the fleet's fence".into() })
             }
             _ => None,
         }
@@ -493,12 +502,14 @@ impl EtcdModel {
                     } else {
                         self.written_at.insert(write.slot, write.wall_ms);
                     }
+                    let fenced_ms = self.fence().map(|f| f.until_ms);
                     self.notes.push(Note::ReservationWritten {
                         slot: write.slot,
                         until_ms: write.until_ms,
                         writer: owner,
                         session: *session,
                         held: was_held,
+                        fenced_ms,
                     });
                     versions.push((write.slot, Version::At(rev)));
                 }

@@ -10,8 +10,8 @@
 //! - `history/<id>/<claim>`: the slot's history ([`crate::history::etcd`]), not written here;
 //!   read to tell a reservation deleted (or lost to a restore) from a slot never used.
 //! - `fence`: set when an instance found etcd gone back in time (a restored snapshot), or by
-//!   `snowmint fence` after a restore: floors read from reservations written before it are
-//!   raised to it ([`super::Fence`]).
+//!   `snowmint fence` after a restore: every floor read below it is raised to it
+//!   ([`super::Fence`]).
 //!
 //! Every answer's header is watched: a revision lower than one etcd gave before, or another
 //! cluster's ID, means etcd's state went back in time, and the reply says so
@@ -643,7 +643,7 @@ impl EtcdStore {
 /// The fence a fence key's value holds; `None` for one that cannot be read.
 fn parse_fence(kv: &etcd_client::KeyValue) -> Option<Fence> {
     let record: FenceRecord = serde_json::from_slice(kv.value()).ok()?;
-    Some(Fence { until_ms: record.until_ms, version: Version::At(kv.mod_revision()), reason: record.reason })
+    Some(Fence { until_ms: record.until_ms, reason: record.reason })
 }
 
 /// What a reservation key holds once `write` applied.
@@ -665,8 +665,8 @@ fn published_clock(value: &[u8]) -> Option<i64> {
 }
 
 /// Sets the fleet's fence in the etcd that `config` names (`snowmint fence`, after a restore):
-/// until `until_ms`, every claim of a slot whose reservation was written before it takes it
-/// as its floor. A higher fence already standing is left as it is.
+/// every claim of a slot floors at `until_ms`, whatever its reservation reads. A higher fence
+/// already standing is left as it is.
 pub async fn set_fence(config: &EtcdConfig, until_ms: i64, reason: &str) -> Result<(), StoreError> {
     let mut store = EtcdStore {
         prefix: config.prefix.clone(),
@@ -748,7 +748,7 @@ fn slot_of(workers: &str, key: &[u8]) -> Option<u32> {
 /// The most keys one page of the clock sample's key reads asks for (keys only: about 20 KB).
 const SAMPLE_PAGE_MAX: i64 = 512;
 
-/// The fleet's fence: a floor for every claim of a slot written before it was set.
+/// The fleet's fence: a floor for every claim.
 pub(crate) fn fence_key(prefix: &str) -> String {
     format!("{prefix}/fence")
 }

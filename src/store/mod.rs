@@ -79,15 +79,13 @@ pub struct SlotRead {
 }
 
 /// The fleet's fence: the store was found to have gone back in time (a restored snapshot), so
-/// no reservation written before the fence is trusted as a floor; until `until_ms`, past which
-/// nothing minted under the lost state can reach, is taken instead.
+/// no stored reservation is trusted as a floor below `until_ms`, past which nothing minted
+/// under the lost state can reach. Every claim floors at it, whatever its reservation's
+/// version: a restore hands revisions out again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
     /// Unix ms on the clock of whoever set it, with the fleet's clock skew already added.
     pub until_ms: i64,
-    /// The fence's own version: a reservation written after it (a later version) was written
-    /// by a holder that knew the store as it is now, and is trusted as it stands.
-    pub version: Version,
     /// What was found, for logs and refusals.
     pub reason: String,
 }
