@@ -20,7 +20,7 @@ FROM rust:1.95.0-slim-bookworm AS builder
 WORKDIR /src
 
 # The cargo profile the binary is built with: release, the one to ship.
-# scripts/check-image builds with image-test (Cargo.toml), which compiles in a
+# scripts/checks/image builds with image-test (Cargo.toml), which compiles in a
 # fraction of the time, to keep the test command short. Any profile but dev
 # works (cargo puts dev's output in target/debug).
 ARG CARGO_PROFILE=release

@@ -2,7 +2,7 @@
 //! address, the bound on a connection's handshake, and what each connection costs.
 //!
 //! The bounded cases run with every `cargo test`; `connection_table` (ignored) is what
-//! `scripts/connections` runs for the connection table of docs/operations/fleets.md: a real server process,
+//! `scripts/measure/connections` runs for the connection table of docs/operations/fleets.md: a real server process,
 //! thousands of idle connections and hundreds of active ones from this process.
 
 mod common;
@@ -407,7 +407,7 @@ async fn load(addr: SocketAddr, active: usize, secs: u64) -> (f64, Duration, Dur
 /// idle connections open, and NextId from `SNOWMINT_ACTIVE_CONNECTIONS` (default 1,000)
 /// active ones beside them, against 64 active ones alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run by scripts/connections"]
+#[ignore = "long: run by scripts/measure/connections"]
 async fn connection_table() {
     let _serial = serial().await;
     let env = |name: &str, default: usize| std::env::var(name).map_or(default, |v| v.parse().expect(name));

@@ -66,7 +66,7 @@ fn every_performance_figure_sits_under_the_command_that_produces_it() {
         assert!(runnable(command), "{command:?} (in {heading:?}) is not a command of this tree");
         commands.push(command.to_string());
     }
-    for expected in ["scripts/bench.sh", "scripts/count-instructions.sh", "cargo bench --bench generator"] {
+    for expected in ["scripts/measure/bench.sh", "scripts/measure/count-instructions.sh", "cargo bench --bench generator"] {
         assert!(commands.iter().any(|c| c.starts_with(expected)), "no part for {expected}: {commands:?}");
     }
     assert!(Path::new(ROOT).join("CHANGELOG.md").exists(), "the history has nowhere to go");
@@ -77,7 +77,7 @@ fn every_performance_figure_sits_under_the_command_that_produces_it() {
 #[test]
 fn count_instructions_runs_the_server_with_the_worker_threads_it_is_given() {
     let flags = |args: &[&str]| {
-        let mut command = Command::new(Path::new(ROOT).join("scripts/count-instructions.sh"));
+        let mut command = Command::new(Path::new(ROOT).join("scripts/measure/count-instructions.sh"));
         command.arg("--dry-run").args(args);
         let output = common::output_within(command, Duration::from_secs(10));
         assert_eq!(output.code, 0, "{}", output.stderr);
@@ -452,8 +452,8 @@ fn anchors_follow_githubs_rules() {
     assert_eq!(slug("Running for months: compaction and alarms"), "running-for-months-compaction-and-alarms");
     assert_eq!(slug("`snowmint decode <ID>`"), "snowmint-decode-id");
     assert_eq!(
-        slug("`scripts/bench.sh --slots-only --peers`: IDs/s with k slots, beside ferroid"),
-        "scriptsbenchsh---slots-only---peers-idss-with-k-slots-beside-ferroid"
+        slug("`scripts/measure/bench.sh --slots-only --peers`: IDs/s with k slots, beside ferroid"),
+        "scriptsmeasurebenchsh---slots-only---peers-idss-with-k-slots-beside-ferroid"
     );
     assert_eq!(slug("snake_case and kebab-case"), "snake_case-and-kebab-case");
     let page = "# Top\n\n## Same\n\n```sh\n# not a heading\n```\n\n### Same\n\n## Same ##\n#nospace\n";

@@ -114,9 +114,9 @@ impl Rng {
 
 /// The faults at random for `SNOWMINT_SOAK_SECS` seconds (default 1200), on an etcd fleet
 /// and a standalone node side by side; prints a table at the end. Run with
-/// `scripts/soak --duration 20m`.
+/// `scripts/long/soak --duration 20m`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run by scripts/soak"]
+#[ignore = "long: run by scripts/long/soak"]
 async fn soak() {
     let _serial = serial().await;
     let secs: u64 = std::env::var("SNOWMINT_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(1200);

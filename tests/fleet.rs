@@ -2,7 +2,7 @@
 //! slot of its own, and what that costs etcd.
 //!
 //! The bounded cases run with every `cargo test`; `fleet_claims` (ignored) is the full
-//! sweep that `scripts/fleet` runs and the fleet tables of docs/operations/fleets.md come from. Instances are
+//! sweep that `scripts/long/fleet` runs and the fleet tables of docs/operations/fleets.md come from. Instances are
 //! the real slot keeper over the real etcd store, many in this process (see
 //! `common/claims.rs` for why that claims exactly as separate processes would), and real
 //! `snowmint serve` processes where the machine has room for them.
@@ -198,7 +198,7 @@ async fn when_every_slot_is_taken_the_next_instance_fails_with_the_clear_error()
 /// rest, and what it costs etcd's database over months ([`months`]); and
 /// `SNOWMINT_FLEET_PROCESSES` real processes (default 16) starting together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run by scripts/fleet"]
+#[ignore = "long: run by scripts/long/fleet"]
 async fn fleet_claims() {
     let _serial = serial().await;
     claims::raise_open_files(65_536);

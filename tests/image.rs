@@ -3,7 +3,7 @@
 //! etcd mode against a real etcd on this host; and a state volume it may not write, or none
 //! at all.
 //!
-//! `scripts/check-image`, a step of `scripts/check`, builds the image and runs these tests;
+//! `scripts/checks/image`, a step of `scripts/check`, builds the image and runs these tests;
 //! a plain `cargo test` has no image to run and ignores them, but checks that the settings
 //! they run the containers with are still the manifests'. They run one at a time
 //! ([`serial`]): each stop is timed against the pods' grace period.
@@ -173,7 +173,7 @@ fn proc_status_field(status: &str, field: &str) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the image: scripts/check-image builds it and runs these tests"]
+#[ignore = "needs the image: scripts/checks/image builds it and runs these tests"]
 async fn standalone_serves_stops_on_sigterm_and_restarts_past_its_saved_reservation() {
     let _serial = serial().await;
     // Kubernetes' runAsNonRoot accepts only a numeric user.
@@ -232,7 +232,7 @@ async fn standalone_serves_stops_on_sigterm_and_restarts_past_its_saved_reservat
 }
 
 #[tokio::test]
-#[ignore = "needs the image: scripts/check-image builds it and runs these tests"]
+#[ignore = "needs the image: scripts/checks/image builds it and runs these tests"]
 async fn etcd_mode_claims_its_ordinals_slot_mints_and_releases_it_on_sigterm() {
     let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
@@ -269,7 +269,7 @@ async fn etcd_mode_claims_its_ordinals_slot_mints_and_releases_it_on_sigterm() {
 }
 
 #[tokio::test]
-#[ignore = "needs the image: scripts/check-image builds it and runs these tests"]
+#[ignore = "needs the image: scripts/checks/image builds it and runs these tests"]
 async fn a_state_volume_it_may_not_write_or_none_stops_the_start_with_a_clear_error() {
     let _serial = serial().await;
     // A volume owned by another user (root, mode 755), as a volume without the pod's fsGroup.

@@ -11,7 +11,7 @@
 //! refusal `UNAVAILABLE` within the call's deadline, no call started more than the lease TTL
 //! after the cut minted (fenced within the TTL), and minting again within a bound after the
 //! heal. Needs `ip netns` (root) and `nft`; without them the test says so and passes
-//! without running. `scripts/soak` repeats the scenarios for as long as asked.
+//! without running. `scripts/long/soak` repeats the scenarios for as long as asked.
 
 mod common;
 
@@ -256,9 +256,9 @@ async fn partitions_fence_the_instance_within_the_ttl_and_it_recovers_with_no_du
 }
 
 /// The scenarios again and again for `SNOWMINT_SOAK_SECS` (default 300): run by
-/// `scripts/soak`.
+/// `scripts/long/soak`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run by scripts/soak"]
+#[ignore = "long: run by scripts/long/soak"]
 async fn partition_soak() {
     if let Some(reason) = netns::unavailable() {
         eprintln!("SKIPPED: network partitions need network namespaces and nftables: {reason}");

@@ -7,7 +7,7 @@
 //! before and after its restart (the slot its hostname asks for, released on SIGTERM and
 //! taken back by the new process); the other instances refuse nothing meanwhile; and how
 //! long each ordinal gave no ID. The bounded case runs with every `cargo test`;
-//! `scripts/rolling` runs the larger one the table of docs/operations/fleets.md comes from.
+//! `scripts/long/rolling` runs the larger one the table of docs/operations/fleets.md comes from.
 
 mod common;
 
@@ -138,7 +138,7 @@ async fn a_rolling_restart_gives_every_ordinal_its_slot_back_with_no_duplicate()
 /// The rolling-restart table of docs/operations/fleets.md: `SNOWMINT_ROLLING_INSTANCES` (default 8) instances,
 /// `SNOWMINT_ROLLING_ROUNDS` (default 2) rolling updates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run by scripts/rolling"]
+#[ignore = "long: run by scripts/long/rolling"]
 async fn rolling_restart_table() {
     let _serial = serial().await;
     let env = |name: &str, default: usize| std::env::var(name).map_or(default, |v| v.parse().expect(name));

@@ -1,7 +1,7 @@
 """What a lightly used buffered client costs the server: each client, through its conformance
 driver, takes IDs at a steady rate from a buffered client with the default settings, against a
 server of its own, and the server's counter says how many IDs it minted meanwhile. Run by
-scripts/bench-clients.sh; not a test.
+scripts/measure/bench-clients.sh; not a test.
 
     python3 paced_cost.py [--rate 10] [--seconds 20] [--clients rust,go,...]
 """

@@ -11,7 +11,7 @@
 //! and every live machine must have minted again within a stated bound after the faults
 //! stopped. The same seed gives the same run to the byte ([`world::Report::digest`]).
 //!
-//! `cargo test` runs a bounded sweep; `scripts/simulate` runs long ones. A failing schedule
+//! `cargo test` runs a bounded sweep; `scripts/long/simulate` runs long ones. A failing schedule
 //! prints its seed, and
 //! `SNOWMINT_SIM_SEED=<seed> cargo test --release --lib sim::tests::the_default_sweep`
 //! replays it.

@@ -241,11 +241,11 @@ fn a_stalled_state_file_write_landing_after_a_newer_one_is_caught() {
     caught(Defect::StaleWriteLandsLate);
 }
 
-/// The long sweep behind `scripts/simulate`: `SNOWMINT_SIM_SCHEDULES` schedules (default
+/// The long sweep behind `scripts/long/simulate`: `SNOWMINT_SIM_SCHEDULES` schedules (default
 /// 100,000) from `SNOWMINT_SIM_FIRST` (default 1), or `SNOWMINT_SIM_SEED` alone; stopping
 /// after `SNOWMINT_SIM_SECONDS` when set.
 #[test]
-#[ignore = "long: run by scripts/simulate"]
+#[ignore = "long: run by scripts/long/simulate"]
 fn long_sweep() {
     let n = std::env::var("SNOWMINT_SIM_SCHEDULES").map_or(100_000, |v| v.parse().expect("a number"));
     let first = std::env::var("SNOWMINT_SIM_FIRST").map_or(1, |v| v.parse().expect("a number"));

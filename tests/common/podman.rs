@@ -8,7 +8,7 @@
 //! way the ConfigMap sets them, so that a real etcd on a loopback port is reachable from
 //! inside and nothing listens beyond this machine.
 //!
-//! `scripts/check-image` builds the image and names it in `SNOWMINT_IMAGE`, with podman's
+//! `scripts/checks/image` builds the image and names it in `SNOWMINT_IMAGE`, with podman's
 //! configuration and storage in `CONTAINERS_CONF` and `CONTAINERS_STORAGE_CONF`. A [`Pod`]
 //! and a [`Volume`] are removed when dropped, also when their test panics; the script
 //! removes whatever a killed test binary left.
@@ -39,7 +39,7 @@ pub const TMP_MIB: u32 = 16;
 /// The image under test.
 pub fn image() -> String {
     std::env::var("SNOWMINT_IMAGE").unwrap_or_else(|_| {
-        panic!("SNOWMINT_IMAGE names no image: scripts/check-image builds one and runs these tests")
+        panic!("SNOWMINT_IMAGE names no image: scripts/checks/image builds one and runs these tests")
     })
 }
 

@@ -22,6 +22,6 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$root/scripts/buf" build "$root/proto" -o "$work/snowmint.binpb"
+"$root/scripts/checks/buf" build "$root/proto" -o "$work/snowmint.binpb"
 echo "== connect tests: node --test"
 SNOWMINT_BIN=$SNOWMINT_BIN SNOWMINT_DESCRIPTOR=$work/snowmint.binpb npm test

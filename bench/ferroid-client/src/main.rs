@@ -1,5 +1,5 @@
 //! A load client for ferroid's tonic server (`ferroid-tonic-server` 2.0.0), so that
-//! `scripts/bench.sh --peers` measures that server in the same run as snowmint.
+//! `scripts/measure/bench.sh --peers` measures that server in the same run as snowmint.
 //!
 //! It opens `--connections` HTTP/2 connections with `--streams` `StreamIds` streams on each,
 //! every stream asking for `--count` IDs (and asking again if one ends), and counts the IDs

@@ -12,12 +12,12 @@
 #    settings, each against a server of its own, and the server's counter says how many IDs
 #    it minted meanwhile (clients/conformance/paced_cost.py).
 #
-#   scripts/bench-clients.sh [--rounds 3] [--duration 5] [--paced-seconds 30] [--baseline REV]
+#   scripts/measure/bench-clients.sh [--rounds 3] [--duration 5] [--paced-seconds 30] [--baseline REV]
 #
 # The Python client needs its .venv and the drivers their builds: clients/conformance/test.sh
 # makes both (it runs the conformance suite too).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 rounds=3
 duration=5
@@ -29,11 +29,11 @@ while [ $# -gt 0 ]; do
     --duration) duration=$2; shift 2 ;;
     --paced-seconds) paced=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
-    *) echo "usage: scripts/bench-clients.sh [--rounds N] [--duration SECONDS] [--paced-seconds SECONDS] [--baseline REV]" >&2; exit 2 ;;
+    *) echo "usage: scripts/measure/bench-clients.sh [--rounds N] [--duration SECONDS] [--paced-seconds SECONDS] [--baseline REV]" >&2; exit 2 ;;
   esac
 done
 if [ ! -x clients/python/.venv/bin/python ] || [ ! -x clients/go/.bin/conformance ]; then
-  echo "scripts/bench-clients.sh: run clients/conformance/test.sh once first (it makes the Python .venv and the drivers)" >&2
+  echo "scripts/measure/bench-clients.sh: run clients/conformance/test.sh once first (it makes the Python .venv and the drivers)" >&2
   exit 1
 fi
 target=${CARGO_TARGET_DIR:-$root/target}

@@ -20,7 +20,7 @@
 #
 # Prints Markdown tables (docs/performance.md) and how each target fared.
 #
-#   scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers]
+#   scripts/measure/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers]
 #                    [--fair-quantum IDS]
 #
 # --mixed-only runs the mixed-load measurements alone (no h2load, Redis or PostgreSQL);
@@ -39,7 +39,7 @@
 # (outside the repository; kept between runs). Their build needs protoc: the one on PATH, or
 # the one snowmint's own build took from the protoc-bin-vendored crate.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 duration=10
 rounds=5
@@ -47,7 +47,7 @@ mixed_only=false
 slots_only=false
 peers=false
 quantum=()
-usage="usage: scripts/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers] [--fair-quantum IDS]"
+usage="usage: scripts/measure/bench.sh [--duration SECONDS] [--rounds N] [--mixed-only] [--slots-only] [--peers] [--fair-quantum IDS]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -151,15 +151,7 @@ start_server() {
 snowmint_bench() { "$bin" bench --addr "http://127.0.0.1:$grpc_port" "$@"; }
 ids_per_s() { awk '/^IDs\/s/ { print $2 }' "$1"; }
 # latency_ms FILE p50|p99|max: a latency of a `snowmint bench` report, in ms.
-latency_ms() {
-  python3 - "$1" "$2" <<'PY'
-import re, sys
-line = next(l for l in open(sys.argv[1]) if l.startswith("latency"))
-value = re.search(sys.argv[2] + r" ([0-9.]+)(ns|µs|ms|s)\b", line)
-scale = {"ns": 1e-6, "µs": 1e-3, "ms": 1.0, "s": 1e3}[value.group(2)]
-print(f"{float(value.group(1)) * scale:.3f}")
-PY
-}
+latency_ms() { python3 scripts/measure/latency_ms.py "$1" "$2"; }
 pct() { python3 -c "print(f'{100 * $1 / $2:.1f}%')"; }
 verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo "met   $2"; else echo "MISSED $2"; fi; }
 
@@ -439,7 +431,7 @@ fi
 
 # One worker thread: the load generators take the machine's other core, and Redis serves
 # from one thread too. On two shared cores a second worker only adds cross-core handoffs:
-# more instructions per call (scripts/count-instructions.sh --worker-threads 2 counts them;
+# more instructions per call (scripts/measure/count-instructions.sh --worker-threads 2 counts them;
 # docs/performance.md has both counts), and the system time of the wake-ups on top.
 start_server --worker-threads 1
 

@@ -6,13 +6,13 @@
 # calls at 64 in flight are counted. Only user-space instructions count: system time (the
 # wake-ups of handing work between threads, say) is not in the figure.
 #
-#   scripts/count-instructions.sh [--dry-run] [serve flags...]     e.g. --worker-threads 2
+#   scripts/measure/count-instructions.sh [--dry-run] [serve flags...]     e.g. --worker-threads 2
 #
 # --dry-run prints the serve flags the count would run with, and stops.
 #
 # Needs valgrind and h2load (Debian's valgrind and nghttp2-client).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dry_run=false
 if [ "${1:-}" = --dry-run ]; then
   dry_run=true
