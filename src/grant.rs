@@ -4,7 +4,8 @@
 //! window each may mint in, and the boot-time deadline past which the claim may be gone. The
 //! minter reads it on every pass and never mints outside it. When the minter stops it reports
 //! what it minted ([`Minted`]), so the keeper can shrink the saved reservations to exactly
-//! that, and only when it is known.
+//! that, and only when it is known. While it mints, it reports how far it has got
+//! ([`Progress`]), so the keeper extends reservations as far as minting needs.
 
 use std::time::Duration;
 
@@ -90,4 +91,13 @@ impl Minted {
             Minted::Unknown => None,
         }
     }
+}
+
+/// How far minting has got, as the minter reports it to the keeper.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The minting time, Unix ms: reservations reach ahead of it.
+    pub mint_ms: Option<i64>,
+    /// Per slot, the last Unix ms minted.
+    pub slots: Vec<(u32, i64)>,
 }

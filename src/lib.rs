@@ -16,10 +16,10 @@
 //!   a round compacts etcd's history, and etcd's alarms are watched and named.
 //! - [`history`]: the record of every claim of a slot, written beside minting (never in its
 //!   way), for provenance in `Decode` and for `snowmint audit`.
-//! - [`service`], [`calls`], [`admin`], [`server`]: the gRPC service, the layer that counts
-//!   and times its every call, the admin HTTP endpoint, and the wiring with one shutdown
-//!   token; [`transport`] serves the gRPC port's connections, and [`next_path`] answers the
-//!   plain gRPC `NextId` call directly, [`protocols`] and [`connect`] the Connect protocol.
+//! - [`rpc`]: the wire. One front door takes every call on the gRPC port (gRPC, the direct
+//!   `NextId`, Connect), with one call context and one timeout rule; the service, the
+//!   counting of calls, the connection caps, TLS and the admin endpoint live beside it.
+//! - [`server`]: the wiring, with one shutdown token.
 //! - [`metrics`]: every Prometheus metric.
 //! - [`opaque`]: opaque public IDs, a keyed permutation of the ID space (FF1) and the
 //!   string form that carries the key version. Pure, as the core is.
@@ -30,13 +30,9 @@
 //! The one promise: no ID is ever issued twice. When it cannot be kept, minting refuses with
 //! a retriable `UNAVAILABLE`.
 
-pub mod admin;
-pub mod calls;
 pub mod clock;
 pub mod clock_filter;
 pub mod clock_memory;
-pub mod connect;
-pub mod connections;
 pub mod defects;
 pub mod generator;
 pub mod grant;
@@ -45,15 +41,11 @@ pub mod keeper;
 pub mod layout;
 pub mod metrics;
 pub mod minter;
-pub mod next_path;
 pub mod opaque;
 pub mod proto;
-pub mod protocols;
+pub mod rpc;
 pub mod server;
-pub mod service;
 #[cfg(test)]
 mod sim;
 pub mod store;
-pub mod tls;
-pub mod transport;
 pub mod upkeep;

@@ -19,11 +19,9 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::calls::Counted;
 use crate::clock::Clock;
 use crate::clock_filter::{ClockFilter, FilteredClock, JumpEvent};
 use crate::clock_memory::ClockMemory;
-use crate::connect::Connect;
 use crate::generator::Generator;
 use crate::grant::Minted;
 use crate::history::etcd::EtcdBook;
@@ -34,18 +32,18 @@ use crate::keeper::{self, DriverConfig, KeeperConfig, KeeperHandle, SlotPolicy, 
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
 use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
-use crate::next_path::NextIdPath;
 use crate::opaque::Keyring;
 use crate::proto::id_service_server::IdServiceServer;
-use crate::protocols::Protocols;
-use crate::service::Service;
+pub use crate::rpc::Limits;
+use crate::rpc::calls::Counted;
+use crate::rpc::connect::Connect;
+use crate::rpc::direct::DirectNextId;
+use crate::rpc::dispatch::Paths;
+use crate::rpc::{SERVICE_NAME, Service};
 use crate::store::StoreError;
 use crate::store::alarm::{Alarm, AlarmWatch};
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::file::{FileStore, StandaloneConfig};
-
-/// The gRPC service name reported by the health service.
-pub const SERVICE_NAME: &str = "snowmint.v1.IdService";
 
 /// Where the worker ID comes from.
 #[derive(Debug, Clone)]
@@ -78,53 +76,8 @@ impl GrpcTls {
             std::fs::read(path).map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", path.display())))
         };
         let client_ca = self.client_ca.as_ref().map(read).transpose()?;
-        crate::tls::server_config(&read(&self.cert)?, &read(&self.key)?, client_ca.as_deref()).map_err(ServeError::Tls)
-    }
-}
-
-/// Limits against abuse.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// HTTP/2 streams one connection may have open at once.
-    pub max_concurrent_streams: u32,
-    /// The largest request message accepted.
-    pub max_request_bytes: usize,
-    /// The longest any call may take, of any service.
-    pub request_timeout: Duration,
-    /// gRPC connections open at once; more are closed on arrival.
-    pub max_connections: usize,
-    /// gRPC connections one peer address may have open at once (in effect at most
-    /// `max_connections`); more from it are closed on arrival, so one address (a broken
-    /// health check, an attacker) cannot take the whole cap.
-    pub max_connections_per_peer: usize,
-    /// How long a new connection has, from its accept, to finish its TLS handshake (with
-    /// TLS) and send the HTTP/2 preface or its first HTTP/1.1 request line; past it, it is
-    /// closed: a connection that never speaks holds no place under the cap for long.
-    pub handshake_timeout: Duration,
-    /// How often an HTTP/2 ping goes to a connection, and how long its answer may take
-    /// before the connection is closed: a peer gone without a word (a killed pod, a
-    /// partition) frees its connection.
-    pub keepalive_interval: Duration,
-    pub keepalive_timeout: Duration,
-    /// Past this age a connection is told to go away (GOAWAY; its calls in flight finish
-    /// within `max_connection_age_grace`), idle or not: clients reconnect and spread over
-    /// the instances again, and no connection holds its place under the cap forever.
-    pub max_connection_age: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_concurrent_streams: 1024,
-            max_request_bytes: 16 * 1024,
-            request_timeout: Duration::from_secs(10),
-            max_connections: 16_384,
-            max_connections_per_peer: 16_384 / 4,
-            handshake_timeout: Duration::from_secs(10),
-            keepalive_interval: Duration::from_secs(60),
-            keepalive_timeout: Duration::from_secs(20),
-            max_connection_age: Duration::from_secs(30 * 60),
-        }
+        crate::rpc::tls::server_config(&read(&self.cert)?, &read(&self.key)?, client_ca.as_deref())
+            .map_err(ServeError::Tls)
     }
 }
 
@@ -330,7 +283,7 @@ async fn start_keeper(
         start_timeout,
         clock: clock.clone(),
         metrics: metrics.clone(),
-        history: history.clone(),
+        observer: history.clone().map(|tap| Arc::new(tap) as Arc<dyn keeper::Observe>),
     };
     let started = match &config.worker {
         WorkerConfig::Standalone(standalone) => {
@@ -438,7 +391,7 @@ pub async fn run(
     let (reporter, health) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(reporter, readiness.clone(), shutdown.clone()));
     let admin_addr = admin.local_addr().map_err(ServeError::Admin)?;
-    let admin_task = tokio::spawn(crate::admin::serve(admin, metrics.clone(), readiness, shutdown.clone()));
+    let admin_task = tokio::spawn(crate::rpc::admin::serve(admin, metrics.clone(), readiness, shutdown.clone()));
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -461,8 +414,8 @@ pub async fn run(
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
     // HTTP/1.1 as well as HTTP/2, for the Connect protocol: each connection is served as the
     // HTTP/2 preface (or, with TLS, ALPN) says.
-    crate::connections::raise_open_files(config.limits.max_connections);
-    let incoming = crate::connections::limit(
+    crate::rpc::connections::raise_open_files(config.limits.max_connections);
+    let incoming = crate::rpc::connections::limit(
         TcpIncoming::from(grpc).with_nodelay(Some(true)),
         config.limits.max_connections,
         config.limits.max_connections_per_peer,
@@ -474,22 +427,25 @@ pub async fn run(
         &metrics,
     );
     let limits = &config.limits;
-    let next_id =
-        Arc::new(NextIdPath::new(service.clone(), &metrics, limits.max_request_bytes, limits.request_timeout));
-    let connect_ids = Connect::new(service, &metrics, limits.max_request_bytes, limits.request_timeout);
     let routes = Routes::new(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(Protocols::new(grpc_ids, connect_ids));
+        .add_service(grpc_ids)
+        .prepare();
+    let paths = Arc::new(Paths {
+        direct: DirectNextId::new(service.clone(), &metrics, limits.max_request_bytes),
+        routes,
+        connect: Arc::new(Connect::new(service, &metrics, limits.max_request_bytes)),
+        request_timeout: limits.request_timeout,
+    });
     let stop_accepting = shutdown.clone().cancelled_owned();
     let serve: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match tls {
-        None => Box::pin(crate::transport::serve(incoming, routes, next_id, limits, &metrics, stop_accepting)),
+        None => Box::pin(crate::rpc::transport::serve(incoming, paths, limits, &metrics, stop_accepting)),
         Some(tls) => {
             let in_tls = metrics.connections_handshake_timeouts.with_label_values(&[crate::metrics::HANDSHAKE_TLS]);
-            Box::pin(crate::transport::serve(
-                crate::tls::incoming(incoming, tls, limits.handshake_timeout, in_tls),
-                routes,
-                next_id,
+            Box::pin(crate::rpc::transport::serve(
+                crate::rpc::tls::incoming(incoming, tls, limits.handshake_timeout, in_tls),
+                paths,
                 limits,
                 &metrics,
                 stop_accepting,

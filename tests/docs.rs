@@ -66,7 +66,9 @@ fn every_performance_figure_sits_under_the_command_that_produces_it() {
         assert!(runnable(command), "{command:?} (in {heading:?}) is not a command of this tree");
         commands.push(command.to_string());
     }
-    for expected in ["scripts/measure/bench.sh", "scripts/measure/count-instructions.sh", "cargo bench --bench generator"] {
+    for expected in
+        ["scripts/measure/bench.sh", "scripts/measure/count-instructions.sh", "cargo bench --bench generator"]
+    {
         assert!(commands.iter().any(|c| c.starts_with(expected)), "no part for {expected}: {commands:?}");
     }
     assert!(Path::new(ROOT).join("CHANGELOG.md").exists(), "the history has nowhere to go");

@@ -617,7 +617,7 @@ async fn start_keeper(
         start_timeout: Duration::from_secs(20),
         clock,
         metrics: Metrics::new(),
-        history: None,
+        observer: None,
     };
     keeper::start(store, keeper_config, driver).await.map_err(|e| e.to_string())
 }

@@ -309,7 +309,7 @@ async fn a_next_id_is_not_held_behind_another_connections_batches() {
 }
 
 /// Every call to the `IdService` is counted by the code it ended with, the calls no handler
-/// sees included (too large, malformed, a method the service does not have, dropped by the
+/// sees included (too large, malformed, a method the service does not have, ended by the
 /// server's request timeout), with its latency; every code's series is there from the first
 /// scrape.
 #[tokio::test]
@@ -348,39 +348,37 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     let status = raw_call(&server, "/snowmint.v1.IdService/Mint", NextIdRequest::default()).await;
     assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
-    // The clock steps back a little and stays there: the calls wait. NextId is refused by the
-    // minter within the server's 300 ms request timeout, saying why; BatchIds, served by
-    // tonic's generated server, is dropped at that timeout.
+    // The clock steps back a little and stays there: the calls wait. Both are refused by the
+    // minter within the server's 300 ms request timeout, saying why, whichever path answers
+    // them (NextId the direct one, BatchIds tonic's).
     clock.step_wall(-4);
     let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("deadline"), "{status:?}");
-    // The minter's own deadline for it is the same 300 ms: whichever comes first answers,
-    // the timeout's drop (Cancelled) or the minter's refusal (Unavailable), and that is the
-    // code counted.
     let status = client.batch_ids(BatchIdsRequest { count: 1, ..Default::default() }).await.unwrap_err();
-    let batch_code = match status.code() {
-        tonic::Code::Cancelled => "Cancelled",
-        tonic::Code::Unavailable if status.message().contains("deadline") => "Unavailable",
-        _ => panic!("{status:?}"),
-    };
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("deadline"), "{status:?}");
     clock.step_wall(4);
+    // A call whose body never arrives is ended by the front door at its limit.
+    let (code, _, _) = stalled_grpc(server.grpc, "/snowmint.v1.IdService/Decode").await;
+    assert_eq!(code, tonic::Code::DeadlineExceeded);
 
     let expected = [
         ("NextId", "OK"),
         ("NextId", "Unavailable"),
         ("BatchIds", "InvalidArgument"),
-        ("BatchIds", batch_code),
+        ("BatchIds", "Unavailable"),
         ("Decode", "OutOfRange"),
         ("Decode", "Internal"),
+        ("Decode", "DeadlineExceeded"),
         ("other", "Unimplemented"),
     ];
-    // A dropped call is counted as it is dropped, just after the client hears of it.
+    // A call ended at its limit is counted as it is dropped, just after the client hears of it.
     let start = Instant::now();
     let scrape = loop {
         let scrape = server.admin_get("/metrics").await.1;
-        let dropped = format!(r#"snowmint_requests_total{{code="{batch_code}",method="BatchIds",protocol="grpc"}}"#);
-        if metric_value(&scrape, &dropped) == 1.0 || start.elapsed() > Duration::from_secs(5) {
+        let ended = r#"snowmint_requests_total{code="DeadlineExceeded",method="Decode",protocol="grpc"}"#;
+        if metric_value(&scrape, ended) == 1.0 || start.elapsed() > Duration::from_secs(5) {
             break scrape;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -396,6 +394,139 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
         assert_eq!(metric_value(&scrape, &timed), calls, "{timed}");
     }
     server.stop().await;
+}
+
+/// One timeout rule, one outcome, whichever path answers a call (issue 25): with the server's
+/// 300 ms request timeout, a call the minter cannot serve in time (the clock held behind) is
+/// refused by it with `UNAVAILABLE` and the reason, before the limit, on the direct `NextId`
+/// path, on tonic's gRPC path and over Connect; a call whose body never arrives is ended at
+/// the limit with `DEADLINE_EXCEEDED` on all three, and counted so.
+#[tokio::test]
+async fn one_timeout_rule_gives_one_outcome_on_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(SystemClock::new().wall_ms());
+    let mut config = config(dir.path());
+    config.limits.request_timeout = Duration::from_millis(300);
+    config.max_clock_drift = Duration::ZERO;
+    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let mut client = server.client().await;
+    client.next_id(NextIdRequest::default()).await.unwrap();
+
+    clock.step_wall(-4);
+    let in_time = |took: Duration| took >= Duration::from_millis(200) && took < Duration::from_millis(300);
+    let start = Instant::now();
+    let direct = client.next_id(NextIdRequest::default()).await.unwrap_err();
+    let took = start.elapsed();
+    assert_eq!((direct.code(), direct.message().contains("deadline")), (tonic::Code::Unavailable, true), "{direct:?}");
+    assert!(in_time(took), "direct path: {took:?}");
+    let start = Instant::now();
+    let routed = client.batch_ids(BatchIdsRequest { count: 1, ..Default::default() }).await.unwrap_err();
+    let took = start.elapsed();
+    assert_eq!((routed.code(), routed.message().contains("deadline")), (tonic::Code::Unavailable, true), "{routed:?}");
+    assert!(in_time(took), "tonic's path: {took:?}");
+    for (method, body) in [("NextId", "{}"), ("BatchIds", r#"{"count":1}"#)] {
+        let start = Instant::now();
+        let answer = http1(server.grpc, &connect_post(method, body, body.len())).await;
+        let took = start.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 503"), "Connect {method}: {answer}");
+        assert!(answer.contains(r#""code":"unavailable""#) && answer.contains("deadline"), "{answer}");
+        assert!(in_time(took), "Connect {method}: {took:?}");
+    }
+    clock.step_wall(4);
+
+    let at_limit = |took: Duration| took >= Duration::from_millis(290) && took < Duration::from_millis(1_500);
+    for path in ["/snowmint.v1.IdService/NextId", "/snowmint.v1.IdService/BatchIds"] {
+        let (code, message, took) = stalled_grpc(server.grpc, path).await;
+        assert_eq!(code, tonic::Code::DeadlineExceeded, "{path}: {message}");
+        assert!(message.contains("300 ms"), "{message}");
+        assert!(at_limit(took), "{path}: {took:?}");
+    }
+    let start = Instant::now();
+    let answer = http1(server.grpc, &connect_post("NextId", "{", 10)).await;
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    assert!(answer.contains(r#""code":"deadline_exceeded""#) && answer.contains("300 ms"), "{answer}");
+    assert!(at_limit(start.elapsed()), "{:?}", start.elapsed());
+
+    // Each counted by the code it ended with: the ends by the limit once their futures drop.
+    let expected = [
+        ("grpc", "NextId", "Unavailable"),
+        ("grpc", "BatchIds", "Unavailable"),
+        ("connect", "NextId", "Unavailable"),
+        ("connect", "BatchIds", "Unavailable"),
+        ("grpc", "NextId", "DeadlineExceeded"),
+        ("grpc", "BatchIds", "DeadlineExceeded"),
+        ("connect", "NextId", "DeadlineExceeded"),
+    ];
+    let series = |(protocol, method, code): (&str, &str, &str)| {
+        format!(r#"snowmint_requests_total{{code="{code}",method="{method}",protocol="{protocol}"}}"#)
+    };
+    let start = Instant::now();
+    let scrape = loop {
+        let scrape = server.admin_get("/metrics").await.1;
+        if expected.iter().all(|&e| metric_value(&scrape, &series(e)) == 1.0)
+            || start.elapsed() > Duration::from_secs(5)
+        {
+            break scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for e in expected {
+        assert_eq!(metric_value(&scrape, &series(e)), 1.0, "{}", series(e));
+    }
+    for protocol in ["grpc", "connect"] {
+        for method in ["NextId", "BatchIds"] {
+            let cancelled = series((protocol, method, "Cancelled"));
+            assert_eq!(metric_value(&scrape, &cancelled), 0.0, "{cancelled}");
+        }
+    }
+    server.stop().await;
+}
+
+/// A Connect `POST` of `method` over HTTP/1.1 that declares `length` bytes of body and sends
+/// `body` (fewer, for a body that never arrives whole).
+fn connect_post(method: &str, body: &str, length: usize) -> String {
+    format!(
+        "POST /snowmint.v1.IdService/{method} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n{body}"
+    )
+}
+
+/// Writes `request` on a new connection and reads the first answer, within the tests' limit.
+async fn http1(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 8192];
+    let n = tokio::time::timeout(common::CALL_LIMIT, stream.read(&mut answer)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// A gRPC call to `path` over HTTP/2 whose body never arrives whole (three bytes of a
+/// message's prefix, and the stream left open): the code it ended with, its message, and
+/// how long that took.
+async fn stalled_grpc(addr: std::net::SocketAddr, path: &str) -> (tonic::Code, String, Duration) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let start = Instant::now();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0]), false).unwrap();
+    let response = tokio::time::timeout(common::CALL_LIMIT, response).await.unwrap().unwrap();
+    let took = start.elapsed();
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let code = tonic::Code::from_bytes(header("grpc-status").as_bytes());
+    // Percent-encoded, as gRPC sends it; only spaces matter to the callers here.
+    let message = header("grpc-message").replace("%20", " ");
+    drop(body);
+    connection.abort();
+    (code, message, took)
 }
 
 /// Sends `message` to `path` as it is, whatever the method expects there; the call's status.

@@ -6,7 +6,7 @@
 use clap::Args;
 use snowmint::layout::{Layout, rfc3339_ms};
 use snowmint::proto::Provenance;
-use snowmint::service::{decode, lookup, provenance_of};
+use snowmint::rpc::service::{decode, lookup, provenance_of};
 
 use super::flags::{HistoryArgs, LayoutArgs};
 

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use super::{Book, ClosedBy, Holder, PRUNE_LIMIT, Record};
 use crate::clock::Clock;
 use crate::keeper::Event;
+use crate::keeper::Observe;
 use crate::metrics::{Metrics, RESULT_DROPPED, RESULT_FAILED, RESULT_OK};
 
 /// Events waiting for the recorder beyond those of the slots held; past the queue's room,
@@ -44,11 +45,11 @@ pub struct Tap {
     metrics: Metrics,
 }
 
-impl Tap {
+impl Observe for Tap {
     /// Hands `event` over if the history needs it, stamped with the wall clock now; never
     /// waits. The driver calls it before it publishes the holding an event comes with, so a
     /// claim's stamp is no later than the first ID minted under it.
-    pub fn observe(&self, event: &Event) {
+    fn observe(&self, event: &Event) {
         let wanted = matches!(
             event,
             Event::SessionOpened { .. }

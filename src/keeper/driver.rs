@@ -14,20 +14,11 @@ use tokio::task::JoinHandle;
 
 use super::machine::{Event, Keeper, KeeperConfig, KeeperError, LossReason, Now};
 use crate::clock::Clock;
+use crate::grant::Progress;
 use crate::grant::{Holding, Minted};
-use crate::history::recorder::Tap;
 use crate::layout::rfc3339_ms;
 use crate::metrics::{Metrics, RESULT_FAILED, RESULT_OK};
 use crate::store::{Outcome, Reply, Request, Store};
-
-/// How far minting has got, as the minter reports it to the keeper.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Progress {
-    /// The minting time, Unix ms: reservations reach ahead of it.
-    pub mint_ms: Option<i64>,
-    /// Per slot, the last Unix ms minted.
-    pub slots: Vec<(u32, i64)>,
-}
 
 /// A running keeper, as the server sees it.
 pub struct KeeperHandle {
@@ -112,8 +103,8 @@ struct Driver {
     /// The last failure, for the start's error line.
     last_error: Option<String>,
     in_flight: bool,
-    /// Where the slot history gets its events, if it is kept.
-    history: Option<Tap>,
+    /// Who else sees the keeper's events (the slot history), if anyone.
+    observer: Option<Arc<dyn Observe>>,
     renew_failing: bool,
     write_failing: bool,
 }
@@ -127,14 +118,21 @@ pub struct DriverConfig {
     pub start_timeout: Duration,
     pub clock: Arc<dyn Clock>,
     pub metrics: Metrics,
-    /// The slot history's recorder, if history is kept.
-    pub history: Option<Tap>,
+    /// Who else sees the keeper's events (the slot history's recorder), if anyone.
+    pub observer: Option<Arc<dyn Observe>>,
+}
+
+/// What sees the keeper's events besides the logs and metrics: the slot history. Called
+/// before the holding an event comes with is published, so a claim is stamped no later than
+/// the first ID minted under it; it must never wait.
+pub trait Observe: Send + Sync {
+    fn observe(&self, event: &Event);
 }
 
 /// Starts the keeper over `store` and waits until every wanted slot is granted, at most
 /// `start_timeout`.
 pub async fn start<S: Store>(store: S, config: KeeperConfig, driver: DriverConfig) -> Result<KeeperHandle, StartError> {
-    let DriverConfig { call_timeout, start_timeout, clock, metrics, history } = driver;
+    let DriverConfig { call_timeout, start_timeout, clock, metrics, observer } = driver;
     let (calls, replies, store_task) = spawn_store(store, call_timeout);
     let keeper = Keeper::new(config);
     let (holding, holding_rx) = watch::channel(keeper.holding().clone());
@@ -148,7 +146,7 @@ pub async fn start<S: Store>(store: S, config: KeeperConfig, driver: DriverConfi
         holding,
         last_error: None,
         in_flight: false,
-        history,
+        observer,
         renew_failing: false,
         write_failing: false,
     };
@@ -283,8 +281,8 @@ impl Driver {
     }
 
     fn record(&mut self, event: Event) {
-        if let Some(history) = &self.history {
-            history.observe(&event);
+        if let Some(observer) = &self.observer {
+            observer.observe(&event);
         }
         let m = &self.metrics;
         match event {

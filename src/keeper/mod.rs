@@ -37,7 +37,7 @@
 pub mod driver;
 pub mod machine;
 
-pub use driver::{DriverConfig, KeeperHandle, StartError, start};
+pub use driver::{DriverConfig, KeeperHandle, Observe, StartError, start};
 pub use machine::{
     Event, IDLE_AFTER_MS, Keeper, KeeperConfig, KeeperError, LossReason, Now, SlotPolicy, fence_window_ms,
 };

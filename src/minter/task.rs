@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use super::core::{Ask, ConnectionKey, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 use super::error::{MintError, Readiness};
 use crate::clock::Clock;
+use crate::grant::Progress;
 use crate::grant::{Holding, Minted};
-use crate::keeper::driver::Progress;
 use crate::layout::LayoutError;
 use crate::metrics::Metrics;
 

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use snowmint::clock::{Clock, SystemClock};
-use snowmint::keeper::driver::Progress;
+use snowmint::grant::Progress;
 use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
 use snowmint::layout::Layout;
 use snowmint::metrics::Metrics;
@@ -347,7 +347,7 @@ pub async fn start_keeper(
         start_timeout: config.start_timeout,
         clock,
         metrics: Metrics::new(),
-        history: None,
+        observer: None,
     };
     keeper::start(Counted { inner: store, counts }, keeper_config, driver).await.map_err(|e| e.to_string())
 }

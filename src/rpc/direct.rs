@@ -6,109 +6,69 @@
 //! per layer. A `NextId` request is five bytes (an empty message) and its answer fourteen, so
 //! here the request body is read whole, its one message decoded with prost, and the answer
 //! sent as one data frame and the trailers. Only the plain form of the call takes this path
-//! ([`NextIdPath::takes`]): HTTP/2, `POST`, content type `application/grpc` or
-//! `application/grpc+proto`, no compression. Anything else (gRPC-Web, a compressed request)
-//! goes to tonic's generated server as before, so every form is still answered.
+//! (the front door's decision, [`super::dispatch`]): HTTP/2, `POST`, content type
+//! `application/grpc` or `application/grpc+proto`, no compression. Anything else (gRPC-Web, a
+//! compressed request) goes to tonic's generated server, so every form is still answered.
 //!
-//! It keeps what tonic's path guarantees: the request size limit (`OUT_OF_RANGE`), the
-//! caller's `grpc-timeout` and the server's `--request-timeout-ms`, the same handler and
-//! error mapping ([`Service::next_id_within`], [`status_of`]), and the counting of every call
-//! by its final code ([`Call`]), recorded when the trailers go out, or as `CANCELLED` when
-//! the client goes away first. Of the two timeouts the shorter bounds the call: the minter is
-//! given it, less the margin that lets a refusal travel back in time, and refuses past it
-//! with `UNAVAILABLE` and the reason it could not mint (as it always did past a caller's
-//! `grpc-timeout`). A call not answered by then (its body has not arrived, or the minter did
-//! not answer in time) gets `CANCELLED`, as on tonic's path.
+//! It keeps what tonic's path guarantees: the request size limit (`OUT_OF_RANGE`), the same
+//! handler and error mapping ([`Service::next_id_within`], [`status_of`]), and the counting of
+//! every call by its final code ([`Call`]), recorded when the trailers go out, or when the
+//! call is dropped first. The call's time is the front door's ([`super::context`]): the
+//! minter is given what is left of it, less the margin that lets a refusal travel back in
+//! time, and refuses past it with `UNAVAILABLE` and the reason it could not mint; the front
+//! door ends a call not answered by then with `DEADLINE_EXCEEDED`, as on every path.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, Version, header};
+use http::{HeaderMap, HeaderValue, Request, Response, header};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use prost::Message;
 use tonic::{Code, Status};
 
-use crate::calls::Call;
+use super::calls::Call;
+use super::context::CallContext;
+use super::service::{Service, status_of};
 use crate::metrics::{MethodMetrics, Metrics, PROTOCOL_GRPC};
-use crate::minter::ConnectionKey;
 use crate::proto::NextIdRequest;
-use crate::service::{Service, answer_within, parse_grpc_timeout, status_of};
 
 /// The path of the call.
-const PATH: &str = "/snowmint.v1.IdService/NextId";
+pub const PATH: &str = "/snowmint.v1.IdService/NextId";
 /// A gRPC message's prefix: a compression flag and a 4-byte big-endian length.
 const PREFIX: usize = 5;
 
 /// `NextId` over gRPC, for every connection of the server.
-pub struct NextIdPath {
+pub struct DirectNextId {
     service: Arc<Service>,
     calls: Arc<MethodMetrics>,
     max_request_bytes: usize,
-    /// The longest any call may take (`--request-timeout-ms`).
-    request_timeout: Duration,
 }
 
-impl NextIdPath {
-    pub fn new(
-        service: Arc<Service>,
-        metrics: &Metrics,
-        max_request_bytes: usize,
-        request_timeout: Duration,
-    ) -> NextIdPath {
+impl DirectNextId {
+    pub fn new(service: Arc<Service>, metrics: &Metrics, max_request_bytes: usize) -> DirectNextId {
         let calls = metrics.calls(PROTOCOL_GRPC).of("NextId").clone();
-        NextIdPath { service, calls, max_request_bytes, request_timeout }
+        DirectNextId { service, calls, max_request_bytes }
     }
 
-    /// Whether `request` is a plain gRPC `NextId` call, which this path serves, and if so
-    /// the time its caller allowed (`grpc-timeout`). The headers are read in one pass.
-    pub fn takes<B>(&self, request: &Request<B>) -> Option<Plain> {
-        if request.version() != Version::HTTP_2 || request.method() != Method::POST || request.uri().path() != PATH {
-            return None;
-        }
-        let (mut grpc, mut caller) = (false, None);
-        for (name, value) in request.headers() {
-            if name == header::CONTENT_TYPE {
-                grpc = value.as_bytes() == b"application/grpc" || value.as_bytes() == b"application/grpc+proto";
-            } else if name.as_str() == "grpc-timeout" {
-                caller = value.to_str().ok().and_then(parse_grpc_timeout);
-            } else if name.as_str() == "grpc-encoding" && value.as_bytes() != b"identity" {
-                return None;
-            }
-        }
-        grpc.then_some(Plain { caller })
-    }
-
-    /// Answers one call that [`NextIdPath::takes`], from the connection `connection`.
-    pub async fn call<B>(&self, request: Request<B>, plain: Plain, connection: ConnectionKey) -> Response<NextIdBody>
+    /// Answers one plain gRPC `NextId` call (the front door's decision), in `context`.
+    pub async fn call<B>(&self, request: Request<B>, context: &CallContext) -> Response<NextIdBody>
     where
         B: Body<Data = Bytes> + Unpin,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut call = Call::start(self.calls.clone());
-        let limit = plain.caller.map_or(self.request_timeout, |caller| caller.min(self.request_timeout));
+        let mut call = Call::start(self.calls.clone(), Some(context));
         let answer = async {
             let message = self.message(request.into_body()).await?;
             let request = NextIdRequest::decode(message)
                 .map_err(|e| Status::internal(format!("failed to decode the NextIdRequest: {e}")))?;
-            // The minter answers within the time left, less the margin that lets a refusal
-            // reach the caller in time.
-            let within = Some(answer_within(limit).saturating_sub(call.elapsed()));
-            let response = self.service.next_id_within(request, connection, within).await.map_err(status_of)?;
+            let within = Some(context.left_for_minter());
+            let response = self.service.next_id_within(request, context.connection, within).await.map_err(status_of)?;
             Ok::<_, Status>(framed(&response))
         };
-        // The outer deadline, as on tonic's path (`transport.rs`): the whole call, from its
-        // body's arrival to the minter's answer and the hand-over of the request to it before
-        // that, ends by the shorter of the caller's `grpc-timeout` and `--request-timeout-ms`,
-        // however long any of them takes.
-        let answer = match tokio::time::timeout(limit, answer).await {
-            Ok(answer) => answer,
-            Err(_) => Err(Status::cancelled("Timeout expired")),
-        };
-        match answer {
+        match answer.await {
             Ok(frame) => {
                 let mut response = Response::new(NextIdBody { frame: Some(frame), trailers: true, call: Some(call) });
                 response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
@@ -172,12 +132,6 @@ impl NextIdPath {
         }
         Ok(body.slice(PREFIX..))
     }
-}
-
-/// What [`NextIdPath::takes`] read of a plain call's headers.
-pub struct Plain {
-    /// The caller's `grpc-timeout`.
-    caller: Option<Duration>,
 }
 
 /// The refusal of a request message over `--max-request-bytes`, worded as tonic's.

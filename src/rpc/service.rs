@@ -1,9 +1,9 @@
 //! The `IdService`: thin handlers that validate requests, ask the minter, and map errors to
 //! gRPC status codes in one place ([`status_of`]). The calls themselves ([`Service::next_id_within`],
 //! [`Service::batch_within`], [`Service::decode_request`], [`Service::reveal_request`]) serve gRPC
-//! and the Connect protocol ([`crate::connect`]) alike. Opaque IDs ([`crate::opaque`]) are made
+//! and the Connect protocol ([`super::connect`]) alike. Opaque IDs ([`crate::opaque`]) are made
 //! here, after minting, and revealed here, before decoding: the minter never sees them. Calls are counted and timed around the service, by
-//! [`crate::calls`], so that calls no handler sees are counted too.
+//! [`super::calls`], so that calls no handler sees are counted too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use prometheus::IntCounter;
 use tonic::{Request, Response, Status};
 
+use super::context::CallContext;
 use crate::history::{self, Book, Entry, HistoryError};
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
 use crate::metrics::{Metrics, OPAQUE_ENCODED, OPAQUE_REVEALED};
@@ -65,54 +66,18 @@ pub fn status_of(error: ServiceError) -> Status {
     }
 }
 
-/// When a call's time runs out: it arrived at `arrived`, and may take `limit` (the shorter of
-/// its `grpc-timeout` and `--request-timeout-ms`). The port's server (`transport.rs`) puts it
-/// in each request's extensions as it starts the outer timer of the same length.
-#[derive(Debug, Clone, Copy)]
-pub struct CallDeadline {
-    pub arrived: std::time::Instant,
-    pub limit: Duration,
-}
-
-/// The time a call may still take, less the margin of [`answer_within`]: from its
-/// [`CallDeadline`], so that the time before its handler ran (waiting for its body, for a
-/// worker thread) is not given to the minter a second time; else from its `grpc-timeout`.
+/// The time the minter may take for a gRPC call, from the front door's [`CallContext`] (in
+/// the request's extensions).
 fn timeout_of<T>(request: &Request<T>) -> Option<Duration> {
-    if let Some(call) = request.extensions().get::<CallDeadline>() {
-        return Some(answer_within(call.limit).saturating_sub(call.arrived.elapsed()));
-    }
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
-    Some(answer_within(parse_grpc_timeout(value)?))
+    request.extensions().get::<CallContext>().map(CallContext::left_for_minter)
 }
 
-/// How long a call the caller allowed `timeout` may take here: a tenth less (at most 20 ms),
-/// so a refusal travels back before the caller's own timer fires.
-pub fn answer_within(timeout: Duration) -> Duration {
-    timeout - (timeout / 10).min(Duration::from_millis(20))
-}
-
-/// Whose share of the minter a call takes: its connection, told apart by the peer address
-/// (with or without TLS). Another protocol on the same port can key its calls the same way.
+/// Whose share of the minter a gRPC call takes: its connection, from its [`CallContext`].
 fn connection_of<T>(request: &Request<T>) -> ConnectionKey {
-    ConnectionKey::of_peer(request.remote_addr())
-}
-
-/// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
-pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    if value.len() < 2 || value.len() > 9 {
-        return None;
-    }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.checked_mul(3600)?),
-        "M" => Duration::from_secs(n.checked_mul(60)?),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    request
+        .extensions()
+        .get::<CallContext>()
+        .map_or_else(|| ConnectionKey::of_peer(request.remote_addr()), |context| context.connection)
 }
 
 /// How many opaque IDs of a batch are encoded between two yields to the runtime: a batch of
@@ -347,17 +312,6 @@ impl IdService for Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_timeouts_parse() {
-        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_grpc_timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
-        for bad in ["", "m", "12", "123456789m", "-1S", "1x"] {
-            assert_eq!(parse_grpc_timeout(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn errors_map_to_their_codes() {

@@ -1,9 +1,9 @@
 //! Every call to the `IdService` counted by its final code and protocol, and timed.
 //!
 //! A [`Call`] is one call being counted: it records its code once, or `CANCELLED` when it is
-//! dropped before it had one. The Connect protocol's layer ([`crate::connect`]) makes one per
+//! dropped before it had one. The Connect protocol's layer ([`super::connect`]) makes one per
 //! request it sees, and so does the direct path of a plain gRPC `NextId`
-//! ([`crate::next_path`]). For the other gRPC calls, [`Counted`] is a tower service wrapped
+//! ([`super::direct`]). For the other gRPC calls, [`Counted`] is a tower service wrapped
 //! around the generated `IdServiceServer`, so it sees the calls that never reach a handler
 //! too: a request larger than `--max-request-bytes` (`OUT_OF_RANGE`), one that does not
 //! decode (`INTERNAL`), a method the service does not have (`UNIMPLEMENTED`, under the method
@@ -11,8 +11,9 @@
 //!
 //! The final code is read where gRPC puts it: in the response headers of a call answered at
 //! once with an error (a trailers-only response), otherwise in the trailers that end the
-//! response body. A call whose response never ends (the client went away, or the server's
-//! `--request-timeout-ms` dropped it) is counted as `CANCELLED` when it is dropped.
+//! response body. A call whose response never ends is counted when it is dropped: as
+//! `DEADLINE_EXCEEDED` when the front door ended it at its limit ([`super::context`]), as
+//! `CANCELLED` when the client went away.
 //!
 //! The hot path pays for this with one match of the method name, one `Arc` clone, two clock
 //! reads, one counter increment and one histogram observation: every labelled series was
@@ -30,6 +31,7 @@ use tonic::Code;
 use tonic::server::NamedService;
 use tower_service::Service;
 
+use super::context::CallContext;
 use crate::metrics::{CallMetrics, MethodMetrics, Metrics, PROTOCOL_GRPC};
 
 /// A gRPC service whose every call is counted by method and final code, and timed.
@@ -73,23 +75,27 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let call = Call::start(self.metrics.of(method_in(request.uri().path(), S::NAME)).clone());
+        let method = self.metrics.of(method_in(request.uri().path(), S::NAME)).clone();
+        let call = Call::start(method, request.extensions().get::<CallContext>());
         CountedFuture { inner: self.inner.call(request), call: Some(call) }
     }
 }
 
-/// One call being counted: recorded once, with its final code, or as `CANCELLED` when it is
-/// dropped before it had one.
+/// One call being counted: recorded once, with its final code, or when it is dropped before
+/// it had one as `DEADLINE_EXCEEDED` (the front door ended it at its limit) or `CANCELLED`
+/// (the client went away).
 pub struct Call {
     method: Arc<MethodMetrics>,
     start: Instant,
     done: bool,
+    context: Option<CallContext>,
 }
 
 impl Call {
-    /// A call to the method of `method`, starting now.
-    pub fn start(method: Arc<MethodMetrics>) -> Call {
-        Call { method, start: Instant::now(), done: false }
+    /// A call to the method of `method`, starting now, in `context` (`None` for a request
+    /// that did not come through the front door).
+    pub fn start(method: Arc<MethodMetrics>, context: Option<&CallContext>) -> Call {
+        Call { method, start: Instant::now(), done: false, context: context.cloned() }
     }
 
     /// How long the call has taken so far.
@@ -108,7 +114,8 @@ impl Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        self.finish(Code::Cancelled);
+        let ended_by_deadline = self.context.as_ref().is_some_and(CallContext::expired);
+        self.finish(if ended_by_deadline { Code::DeadlineExceeded } else { Code::Cancelled });
     }
 }
 

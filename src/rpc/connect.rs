@@ -8,34 +8,31 @@
 //! protocol's HTTP status for the code (`unavailable` 503, `invalid_argument` 400,
 //! `resource_exhausted` 429, ...: [`http_status`]). The calls are the ones gRPC makes
 //! ([`Service`]), with the same mapping of errors to codes ([`status_of`]) and the same limits:
-//! a body over `--max-request-bytes` gets `out_of_range` as gRPC's does, and every call ends
-//! within `--request-timeout-ms` and the caller's `Connect-Timeout-Ms`, each less the margin
-//! that lets a refusal travel back in time. Each call is counted under `protocol="connect"`.
+//! a body over `--max-request-bytes` gets `out_of_range` as gRPC's does, and every call keeps
+//! the front door's one timeout rule ([`super::context`]), with `Connect-Timeout-Ms` as the
+//! caller's timeout (one that is not a number of milliseconds is `invalid_argument`). Each
+//! call is counted under `protocol="connect"`.
 //!
 //! Only what the unary calls need is spoken: no compression (a request that names an encoding
 //! other than `identity` gets `unimplemented`, and no answer is compressed), no `GET` form (it
 //! is for methods marked free of side effects, and minting is not), no streaming.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::time::Instant;
 use tonic::Code;
 
-use crate::calls::{Call, method_in};
+use super::SERVICE_NAME;
+use super::calls::{Call, method_in};
+use super::context::CallContext;
+use super::service::{Service, ServiceError, status_of};
 use crate::metrics::{CallMetrics, METHODS, Metrics, PROTOCOL_CONNECT};
 use crate::minter::ConnectionKey;
 use crate::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest, RevealRequest};
-use crate::server::SERVICE_NAME;
-use crate::service::{Service, ServiceError, answer_within, status_of};
-
-/// The header of the caller's deadline, in milliseconds.
-const TIMEOUT_HEADER: &str = "connect-timeout-ms";
 /// The header naming the protocol's version, `1`; optional for unary calls.
 const VERSION_HEADER: &str = "connect-protocol-version";
 
@@ -100,7 +97,7 @@ pub struct ConnectError {
 }
 
 impl ConnectError {
-    fn new(code: Code, message: impl Into<String>) -> ConnectError {
+    pub fn new(code: Code, message: impl Into<String>) -> ConnectError {
         ConnectError { code, message: message.into(), http: None }
     }
 
@@ -164,29 +161,24 @@ pub struct Connect {
     metrics: CallMetrics,
     /// The largest request body accepted: `--max-request-bytes`, as for gRPC.
     max_request_bytes: usize,
-    /// The longest any call may take: `--request-timeout-ms`, as for gRPC.
-    request_timeout: Duration,
 }
 
 impl Connect {
-    pub fn new(
-        service: Arc<Service>,
-        metrics: &Metrics,
-        max_request_bytes: usize,
-        request_timeout: Duration,
-    ) -> Connect {
-        Connect { service, metrics: metrics.calls(PROTOCOL_CONNECT), max_request_bytes, request_timeout }
+    pub fn new(service: Arc<Service>, metrics: &Metrics, max_request_bytes: usize) -> Connect {
+        Connect { service, metrics: metrics.calls(PROTOCOL_CONNECT), max_request_bytes }
     }
 
-    /// Answers one request, counting it by its final code.
+    /// Answers one request, counting it by its final code. Its [`CallContext`] is the front
+    /// door's, in its extensions.
     pub async fn call<B>(self: Arc<Self>, request: http::Request<B>) -> http::Response<Bytes>
     where
         B: http_body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let method = method_in(request.uri().path(), SERVICE_NAME).to_string();
-        let mut call = Call::start(self.metrics.of(&method).clone());
-        let (response, code) = match self.answer(&method, request).await {
+        let context = request.extensions().get::<CallContext>().cloned();
+        let mut call = Call::start(self.metrics.of(&method).clone(), context.as_ref());
+        let (response, code) = match self.answer(&method, request, context).await {
             Ok((codec, body)) => {
                 let mut response = http::Response::new(body);
                 response.headers_mut().insert(header::CONTENT_TYPE, codec.content_type());
@@ -199,7 +191,12 @@ impl Connect {
     }
 
     /// The encoded response to `request`, a call of `method`.
-    async fn answer<B>(&self, method: &str, request: http::Request<B>) -> Result<(Codec, Bytes), ConnectError>
+    async fn answer<B>(
+        &self,
+        method: &str,
+        request: http::Request<B>,
+        context: Option<CallContext>,
+    ) -> Result<(Codec, Bytes), ConnectError>
     where
         B: http_body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -218,9 +215,9 @@ impl Connect {
         })?;
         check_version(headers)?;
         check_encoding(headers)?;
-        let timeout = caller_timeout(headers)?;
-        let limit = timeout.map_or(self.request_timeout, |timeout| timeout.min(self.request_timeout));
-        let deadline = Instant::now() + answer_within(limit);
+        if let Some(bad) = context.as_ref().and_then(|c| c.bad_timeout.clone()) {
+            return Err(ConnectError::new(Code::InvalidArgument, bad));
+        }
         let unimplemented = {
             let message = format!("no method {}", request.uri().path());
             move || ConnectError::new(Code::Unimplemented, message.clone())
@@ -229,12 +226,12 @@ impl Connect {
         if !METHODS.contains(&method) {
             return Err(unimplemented());
         }
-        let connection = ConnectionKey::of_peer(peer_of(&request));
+        let connection = context.as_ref().map_or_else(|| ConnectionKey::of_peer(None), |c| c.connection);
         let work = async {
             let body = self.read_body(request).await?;
-            // The time left, told to the minter only when the caller set a deadline: without
-            // one, a call waits at most --max-wait-ms, as a gRPC call does.
-            let left = || timeout.map(|_| answer_within(deadline.saturating_duration_since(Instant::now())));
+            // What is left of the call's time, less the margin that lets a refusal travel back
+            // in time (the front door ends the call at its limit).
+            let left = || context.as_ref().map(CallContext::left_for_minter);
             let message = match method {
                 "NextId" => {
                     let request: NextIdRequest = codec.decode(&body)?;
@@ -256,10 +253,7 @@ impl Connect {
             };
             Ok::<_, ConnectError>(message)
         };
-        match tokio::time::timeout_at(deadline, work).await {
-            Ok(message) => Ok((codec, message?)),
-            Err(_) => Err(ConnectError::new(Code::DeadlineExceeded, "the call did not finish within its deadline")),
-        }
+        Ok((codec, work.await?))
     }
 
     /// The request's body, refused past `--max-request-bytes`.
@@ -307,34 +301,8 @@ fn check_encoding(headers: &HeaderMap) -> Result<(), ConnectError> {
     }
 }
 
-/// The caller's deadline from `Connect-Timeout-Ms`: a positive integer of at most 10 digits.
-/// The peer address of the connection `request` came on, as the server recorded it: a
-/// Connect call takes its share of the minter by connection, as a gRPC call does.
-fn peer_of<B>(request: &http::Request<B>) -> Option<std::net::SocketAddr> {
-    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-    let extensions = request.extensions();
-    extensions
-        .get::<TcpConnectInfo>()
-        .and_then(TcpConnectInfo::remote_addr)
-        .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr()))
-}
-
-fn caller_timeout(headers: &HeaderMap) -> Result<Option<Duration>, ConnectError> {
-    let Some(value) = headers.get(TIMEOUT_HEADER) else { return Ok(None) };
-    let text = value.to_str().unwrap_or_default();
-    match text.parse::<u64>() {
-        Ok(ms) if !text.is_empty() && text.len() <= 10 && text.bytes().all(|b| b.is_ascii_digit()) => {
-            Ok(Some(Duration::from_millis(ms)))
-        }
-        _ => Err(ConnectError::new(
-            Code::InvalidArgument,
-            format!("{TIMEOUT_HEADER} {value:?} is not a number of milliseconds (at most 10 digits)"),
-        )),
-    }
-}
-
 /// The Connect error response: the code's HTTP status and a JSON body.
-fn error_response(error: &ConnectError) -> http::Response<Bytes> {
+pub fn error_response(error: &ConnectError) -> http::Response<Bytes> {
     #[derive(Serialize)]
     struct Body<'a> {
         code: &'a str,
@@ -392,21 +360,6 @@ mod tests {
         for other in ["", "text/plain", "application/grpc", "application/connect+json", "application/jsonx"] {
             assert_eq!(Codec::of(other), None, "{other}");
         }
-    }
-
-    #[test]
-    fn timeouts_are_up_to_ten_digits_of_milliseconds() {
-        let parse = |value: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(TIMEOUT_HEADER, HeaderValue::from_str(value).unwrap());
-            caller_timeout(&headers)
-        };
-        assert_eq!(parse("250").unwrap(), Some(Duration::from_millis(250)));
-        assert_eq!(parse("9999999999").unwrap(), Some(Duration::from_millis(9_999_999_999)));
-        for bad in ["", "-1", "+5", "1.5", "12345678901", "10s"] {
-            assert!(parse(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(caller_timeout(&HeaderMap::new()).unwrap(), None);
     }
 
     #[test]

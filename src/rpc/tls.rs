@@ -24,7 +24,7 @@ use tokio_rustls::{TlsAcceptor, rustls};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-use crate::connections::Accepted;
+use super::connections::Accepted;
 
 /// A TLS session's handshake bound counts from the accept of the connection beneath it.
 impl<C: Accepted> Accepted for TlsStream<C> {

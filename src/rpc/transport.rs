@@ -1,7 +1,6 @@
 //! The gRPC port's HTTP server: accepts connections (plain or TLS, already capped by
-//! [`crate::connections`]), serves each with hyper over HTTP/2 or HTTP/1.1, and hands each
-//! request to [`NextIdPath`] when it is a plain gRPC `NextId` call, or to tonic's routes (the
-//! `IdService` over gRPC and Connect, health, reflection) otherwise.
+//! [`super::connections`]), serves each with hyper over HTTP/2 or HTTP/1.1, and hands each
+//! request to the front door ([`Dispatch`]), which sends it down one path.
 //!
 //! tonic's own server would wrap every request in half a dozen layers (tracing span, error
 //! recovery, timeout, connection info, boxing, routing) before any reached a handler; this
@@ -9,15 +8,13 @@
 //!
 //! - `--max-concurrent-streams`, the HTTP/2 keep-alive pings and their timeout, as hyper's
 //!   own settings;
-//! - `--request-timeout-ms` and the caller's `grpc-timeout`, the shorter of which ends a call
-//!   to tonic's routes with `CANCELLED`, as tonic's server does, and whose end from the call's
-//!   arrival the handlers give the minter ([`CallDeadline`]; a plain `NextId` keeps them in
-//!   its own way: [`NextIdPath`]);
+//! - `--request-timeout-ms` and the caller's timeout, kept by the front door for every path
+//!   ([`super::context`]);
 //! - `--max-connection-age`: past it a connection is told to go away (GOAWAY), and closed
 //!   once its calls in flight had `max_connection_age_grace` more to finish;
 //! - `--handshake-timeout-ms`: a connection that has not sent the HTTP/2 preface or its
 //!   first HTTP/1.1 request line by then, counted from its accept (so TLS's handshake counts
-//!   too), is closed and counted ([`crate::connections`]);
+//!   too), is closed and counted ([`super::connections`]);
 //! - the peer's address (and TLS session) in every request's extensions, where tonic's
 //!   handlers read it;
 //! - on shutdown: accepting stops and the listener closes at once, every connection is told
@@ -28,18 +25,12 @@
 //! formatted and compressed into every response for no client that reads it. HTTP/1.1
 //! answers (Connect's, to `curl` and browsers) keep it.
 
-use std::convert::Infallible;
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus::IntCounter;
@@ -47,24 +38,18 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::{Stream, StreamExt};
-use tonic::Status;
-use tonic::service::Routes;
 use tonic::transport::server::Connected;
-use tower_service::Service as _;
 
-use crate::connections::{Accepted, Watched};
+use super::Limits;
+use super::connections::{Accepted, Watched};
+use super::dispatch::{Dispatch, Paths};
 use crate::metrics::{HANDSHAKE_PROTOCOL, Metrics};
-use crate::minter::ConnectionKey;
-use crate::next_path::{NextIdBody, NextIdPath};
-use crate::server::Limits;
-use crate::service::{CallDeadline, parse_grpc_timeout};
 
 /// Serves the connections of `incoming` until `stop` completes, then lets every connection
 /// finish its calls; returns once all have closed.
 pub async fn serve<I, IO, E>(
     incoming: I,
-    routes: Routes,
-    next_id: Arc<NextIdPath>,
+    paths: Arc<Paths>,
     limits: &Limits,
     metrics: &Metrics,
     stop: impl Future<Output = ()>,
@@ -84,7 +69,6 @@ pub async fn serve<I, IO, E>(
         .keep_alive_interval(limits.keepalive_interval)
         .keep_alive_timeout(limits.keepalive_timeout)
         .auto_date_header(false);
-    let routes = routes.prepare();
     let unopened = metrics.connections_handshake_timeouts.with_label_values(&[HANDSHAKE_PROTOCOL]);
     let (closing, closed) = watch::channel(());
     // The connections' tasks: dropped with this future, they end too, so a server given up
@@ -108,7 +92,7 @@ pub async fn serve<I, IO, E>(
                     None => break,
                 },
             };
-            let dispatch = Dispatch::new(io.connect_info(), routes.clone(), next_id.clone(), limits.request_timeout);
+            let dispatch = Dispatch::new(io.connect_info(), paths.clone());
             let age = (limits.max_connection_age, limits.request_timeout);
             let bound = HandshakeBound { by: io.accepted_at() + limits.handshake_timeout, timed_out: unopened.clone() };
             connections.spawn(serve_connection(builder.clone(), io, dispatch, closed.clone(), age, bound));
@@ -192,93 +176,4 @@ fn has_opened(opened: &AtomicBool, handshake: &HandshakeBound) -> bool {
     handshake.timed_out.inc();
     tracing::debug!("closed a connection that did not open within --handshake-timeout-ms");
     false
-}
-
-/// One connection's requests: `NextId` to its own path, the rest to tonic's routes.
-#[derive(Clone)]
-struct Dispatch<C> {
-    /// The peer's address (and TLS session), as tonic's handlers read it.
-    info: C,
-    /// The connection's key in the minter's fair queue.
-    connection: ConnectionKey,
-    routes: Routes,
-    next_id: Arc<NextIdPath>,
-    request_timeout: Duration,
-}
-
-impl<C: Clone + Send + Sync + 'static> Dispatch<C> {
-    fn new(info: C, routes: Routes, next_id: Arc<NextIdPath>, request_timeout: Duration) -> Dispatch<C> {
-        // The peer's address as tonic reads it from a request, read once for the connection.
-        let mut probe = tonic::Request::new(());
-        probe.extensions_mut().insert(info.clone());
-        let connection = ConnectionKey::of_peer(probe.remote_addr());
-        Dispatch { info, connection, routes, next_id, request_timeout }
-    }
-}
-
-type Answering = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
-
-impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>> for Dispatch<C> {
-    type Response = Response<Answer>;
-    type Error = Infallible;
-    type Future = Answering;
-
-    fn call(&self, mut request: Request<Incoming>) -> Answering {
-        if let Some(plain) = self.next_id.takes(&request) {
-            let (next_id, connection) = (self.next_id.clone(), self.connection);
-            return Box::pin(async move { Ok(next_id.call(request, plain, connection).await.map(Answer::NextId)) });
-        }
-        let caller = request.headers().get("grpc-timeout").and_then(|v| parse_grpc_timeout(v.to_str().ok()?));
-        let limit = caller.map_or(self.request_timeout, |caller| caller.min(self.request_timeout));
-        request.extensions_mut().insert(self.info.clone());
-        // The handler gives the minter what is left of the same limit, so that the minter's
-        // refusal, with its reason, comes before this timer's `CANCELLED`.
-        request.extensions_mut().insert(CallDeadline { arrived: std::time::Instant::now(), limit });
-        let answer = self.routes.clone().call(request);
-        Box::pin(async move {
-            Ok(match tokio::time::timeout(limit, answer).await {
-                Ok(Ok(response)) => response.map(Answer::Routes),
-                Ok(Err(never)) => match never {},
-                Err(_) => Status::cancelled("Timeout expired").into_http(),
-            })
-        })
-    }
-}
-
-/// A response body: `NextId`'s own, or one of tonic's routes.
-pub enum Answer {
-    NextId(NextIdBody),
-    Routes(tonic::body::Body),
-}
-
-impl Default for Answer {
-    fn default() -> Answer {
-        Answer::NextId(NextIdBody::default())
-    }
-}
-
-impl Body for Answer {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        match self.get_mut() {
-            Answer::NextId(body) => Pin::new(body).poll_frame(cx),
-            Answer::Routes(body) => Pin::new(body).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Answer::NextId(body) => body.is_end_stream(),
-            Answer::Routes(body) => body.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Answer::NextId(body) => body.size_hint(),
-            Answer::Routes(body) => body.size_hint(),
-        }
-    }
 }
