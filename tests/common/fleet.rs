@@ -12,25 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::etcd::EtcdCluster;
+use super::server::libfaketime;
 use super::{
     EXIT_LIMIT, HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value, output_within,
 };
 use snowmint::layout::Layout;
-
-/// libfaketime's multi-threaded library, from Debian's `faketime`.
-pub fn libfaketime() -> PathBuf {
-    let candidates = std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
-        .chain([PathBuf::from("/usr/lib/faketime/libfaketimeMT.so.1")]);
-    for candidate in candidates {
-        if candidate.exists() {
-            return candidate;
-        }
-    }
-    panic!("libfaketimeMT.so.1 not found (Debian package faketime; scripts/check installs it)");
-}
 
 /// The pause between a hammer's calls: enough load to exercise every path, few enough IDs
 /// that a long soak can keep and check them all.

@@ -1,5 +1,5 @@
-//! Helpers shared by the integration tests: an in-process server on `127.0.0.1:0` with an
-//! injectable clock, the real binary as a child process, and gRPC clients.
+//! Helpers shared by the integration tests: servers, in this process or the real binary as a
+//! child process, all started through one builder ([`server`]), and gRPC clients.
 //!
 //! Nothing here waits without a limit: every call made through these clients has a
 //! deadline, every task and child process is awaited with a timeout, and children die with
@@ -13,26 +13,22 @@ pub mod etcd;
 pub mod fleet;
 pub mod netns;
 pub mod podman;
+pub mod server;
 pub mod tls;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use snowmint::clock::Clock;
-use snowmint::layout::Layout;
 use snowmint::proto::id_service_client::IdServiceClient;
-use snowmint::server::{ServeConfig, WorkerConfig};
-use snowmint::store::file::StandaloneConfig;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 pub use child::{Child, Output, output_within};
+// Each test crate uses some of these, none all.
+#[allow(unused_imports)]
+pub use server::{Process, ServerBuilder, TestServer, config, manual_clock, serve_to_exit, serve_to_exit_within};
 
 /// The longest any call of a test's client may take: far beyond any call's expected time,
 /// so reaching it means something hangs.
@@ -57,84 +53,6 @@ pub async fn join_within<T>(task: tokio::task::JoinHandle<T>, limit: Duration, w
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     SERIAL.lock().await
-}
-
-/// The default server configuration for tests, with its state in `state_dir`.
-pub fn config(state_dir: &Path) -> ServeConfig {
-    let layout = Layout::default_snowmint();
-    ServeConfig {
-        worker: WorkerConfig::Standalone(StandaloneConfig {
-            state_dir: state_dir.to_path_buf(),
-            worker_ids: vec![5],
-            accept_missing_state: false,
-        }),
-        layout,
-        reservation_window: Duration::from_secs(3),
-        max_batch: 65_536,
-        max_outstanding_ids: 4_194_304,
-        max_clock_back: Duration::from_millis(5),
-        max_clock_drift: Duration::from_secs(10),
-        forward_jump_confirm: Duration::from_secs(10),
-        max_wait: Duration::from_secs(1),
-        fair_quantum: snowmint::minter::FAIR_QUANTUM,
-        forward_jump_threshold: Duration::from_secs(1),
-        max_fleet_skew: Duration::from_secs(30),
-        shutdown_grace: Duration::from_secs(5),
-        history_retention: Some(snowmint::history::DEFAULT_RETENTION),
-        clock_memory_dir: Some(state_dir.to_path_buf()),
-        tls: None,
-        limits: snowmint::server::Limits::default(),
-        opaque: None,
-    }
-}
-
-/// A server running in this process.
-pub struct TestServer {
-    pub grpc: SocketAddr,
-    pub admin: SocketAddr,
-    pub shutdown: CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), snowmint::server::ServeError>>,
-}
-
-impl TestServer {
-    /// Starts a server with `config` and `clock` on loopback ports the OS picks.
-    pub async fn start(config: ServeConfig, clock: Arc<dyn Clock>) -> TestServer {
-        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let grpc = grpc_listener.local_addr().unwrap();
-        let admin = admin_listener.local_addr().unwrap();
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(snowmint::server::run(config, grpc_listener, admin_listener, clock, shutdown.clone()));
-        TestServer { grpc, admin, shutdown, task }
-    }
-
-    pub async fn client(&self) -> IdServiceClient<Channel> {
-        client(self.grpc).await
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.grpc)
-    }
-
-    /// Stops the server gracefully and waits for it to finish.
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("server stops within 10 s")
-            .expect("server task")
-            .expect("server ran cleanly");
-    }
-
-    /// The body of an admin endpoint, with its status code.
-    pub async fn admin_get(&self, path: &str) -> (u16, String) {
-        http_get(self.admin, path).await
-    }
-
-    /// The value of a metric line (name with labels, exactly as exported).
-    pub async fn metric(&self, series: &str) -> f64 {
-        metric_value(&self.admin_get("/metrics").await.1, series)
-    }
 }
 
 /// A channel to `addr`, connected at once, on which no call takes longer than
@@ -205,127 +123,10 @@ pub fn assert_increasing(ids: &[u64]) {
     }
 }
 
-/// The snowmint binary, run as a child process with JSON logs. Killed when dropped, or when
-/// the test binary dies.
-pub struct Process {
-    pub child: Child,
-    pub grpc: SocketAddr,
-    pub admin: SocketAddr,
-    /// Log lines after the listening line, as they arrive.
-    pub logs: mpsc::Receiver<String>,
-    /// Log lines before the listening line, not yet drained.
-    early: Vec<String>,
-}
-
 /// The binary under test: this build's, or `SNOWMINT_TEST_BIN` (to run a test against an
 /// older build, and see it fail there).
 pub fn binary() -> PathBuf {
     std::env::var_os("SNOWMINT_TEST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_snowmint")), PathBuf::from)
-}
-
-impl Process {
-    /// Starts `snowmint serve` with `args` on free loopback ports and waits until it listens.
-    pub fn serve(args: &[&str]) -> Process {
-        Process::serve_with(Command::new(binary()), args)
-    }
-
-    /// Like [`Process::serve`], with a prepared command (environment, wrapper).
-    pub fn serve_with(mut command: Command, args: &[&str]) -> Process {
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(args);
-        Process::listening(command)
-    }
-
-    /// Starts `command`, a complete `snowmint serve --log-format json ...`, and waits until
-    /// it listens.
-    pub fn listening(mut command: Command) -> Process {
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = Child::spawn(command).expect("spawn snowmint");
-        let stderr = child.stderr().unwrap();
-        let (tx, logs) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut seen = Vec::new();
-        loop {
-            let line = match logs.recv_timeout(Duration::from_secs(30)) {
-                Ok(line) => line,
-                Err(_) => {
-                    child.kill();
-                    panic!("snowmint did not start; output:\n{}", seen.join("\n"));
-                }
-            };
-            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line)
-                && let (Some(grpc), Some(admin)) = (json["grpc_addr"].as_str(), json["admin_addr"].as_str())
-            {
-                return Process {
-                    grpc: grpc.parse().unwrap(),
-                    admin: admin.parse().unwrap(),
-                    child,
-                    logs,
-                    early: seen,
-                };
-            }
-            seen.push(line);
-        }
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// Sends the signal named as `kill -s` takes it (`TERM`, `KILL`, `STOP`, ...).
-    pub fn signal(&self, signal: &str) {
-        self.child.signal(child::signal_number(signal));
-    }
-
-    /// Waits for the process to exit, at most `limit`; its exit status. Async, so the
-    /// test's own clients keep running meanwhile.
-    pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait() {
-                return status;
-            }
-            assert!(start.elapsed() < limit, "process did not exit within {limit:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Log lines received so far and not drained before, those before the listening line
-    /// included.
-    pub fn drain_logs(&mut self) -> Vec<String> {
-        let mut lines = std::mem::take(&mut self.early);
-        lines.extend(self.logs.try_iter());
-        lines
-    }
-
-    /// Waits, at most `limit`, for a log line containing `needle`; the lines drained up to
-    /// and with it.
-    pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> Vec<String> {
-        let start = std::time::Instant::now();
-        let mut lines = self.drain_logs();
-        while !lines.iter().any(|line| line.contains(needle)) {
-            assert!(start.elapsed() < limit, "no log line with {needle:?} within {limit:?}:\n{}", lines.join("\n"));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            lines.extend(self.drain_logs());
-        }
-        lines
-    }
-
-    pub async fn client(&self) -> IdServiceClient<Channel> {
-        client(self.grpc).await
-    }
-
-    /// The status code of `/readyz`.
-    pub async fn admin_ready(&self) -> u16 {
-        http_get(self.admin, "/readyz").await.0
-    }
 }
 
 /// Runs the binary with `args` to completion, at most [`EXIT_LIMIT`]: (exit code, stdout,
@@ -335,20 +136,6 @@ pub fn run_binary(args: &[&str]) -> (i32, String, String) {
     command.args(args);
     let Output { code, stdout, stderr } = output_within(command, EXIT_LIMIT);
     (code, stdout, stderr)
-}
-
-/// Runs `snowmint serve` on loopback ports with `args`, expecting it to exit (a start that
-/// fails) within `limit`: (exit code, stderr). A start that runs instead fails the test.
-pub fn serve_to_exit_within(args: &[&str], limit: Duration) -> (i32, String) {
-    let mut command = Command::new(binary());
-    command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(args);
-    let Output { code, stderr, .. } = output_within(command, limit);
-    (code, stderr)
-}
-
-/// [`serve_to_exit_within`] [`EXIT_LIMIT`].
-pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
-    serve_to_exit_within(args, EXIT_LIMIT)
 }
 
 /// Calls NextId until it succeeds, at most `limit`; every UNAVAILABLE on the way is allowed.
