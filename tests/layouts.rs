@@ -3,10 +3,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{TestServer, config, run_binary};
-use snowmint::clock::SystemClock;
+use common::{ServerBuilder, run_binary};
 use snowmint::proto::DecodeRequest;
 
 /// (layout, id, published creation time, worker, sequence, where it was published).
@@ -34,8 +31,7 @@ const PUBLISHED: &[(&str, u64, &str, u32, u32, &str)] = &[
 
 #[tokio::test]
 async fn published_ids_decode_to_their_published_times() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().start().await;
     let mut client = server.client().await;
     for &(layout, id, time, worker, sequence, source) in PUBLISHED {
         let decoded = client

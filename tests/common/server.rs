@@ -219,6 +219,13 @@ impl ServerBuilder {
         server
     }
 
+    /// Starts the server in this process on a manual clock standing at this host's wall time
+    /// now, moved by the test alone: the server, and its clock.
+    pub async fn start_on_manual_clock(&self) -> (TestServer, ManualClock) {
+        let clock = ManualClock::new(SystemClock::new().wall_ms());
+        (self.clone().clock(clock.clone()).start().await, clock)
+    }
+
     /// Starts `snowmint serve` and waits until it listens.
     pub fn spawn(&self) -> Process {
         let mut process = Process::listening(self.command(true));
@@ -264,11 +271,6 @@ impl ServerBuilder {
         command.arg("--state-dir").arg(&self.state_dir).args(&self.args);
         command
     }
-}
-
-/// A manual clock standing at this host's wall time now, moved by the test alone.
-pub fn manual_clock() -> ManualClock {
-    ManualClock::new(SystemClock::new().wall_ms())
 }
 
 /// libfaketime's multi-threaded library, from Debian's `faketime`.
