@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Process, TestServer, assert_increasing, assert_unique, config, run_binary, serve_to_exit};
-use snowmint::clock::SystemClock;
+use common::{ServerBuilder, assert_increasing, assert_unique, run_binary};
 use snowmint::proto::id_service_server::{IdService, IdServiceServer};
 use snowmint::proto::{
     BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
@@ -17,8 +15,7 @@ use tonic::{Request, Response, Status};
 
 /// Runs `serve` with `args` and returns its error line, asserting it failed at once.
 fn serve_error(args: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let (code, stderr) = serve_to_exit(&[&["--state-dir", dir.path().to_str().unwrap()], args].concat());
+    let (code, stderr) = ServerBuilder::new().args(args).run_to_exit();
     assert_ne!(code, 0, "{args:?} should fail");
     let first = stderr.lines().next().unwrap_or_default().to_string();
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -85,16 +82,9 @@ fn bad_configuration_exits_with_one_clear_line() {
         assert!(line.contains(expected), "{args:?}: {line:?} lacks {expected:?}");
     }
     // Environment variables are read too, and checked the same way.
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = std::process::Command::new(common::binary());
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .arg("--state-dir")
-        .arg(dir.path())
-        .env("SNOWMINT_WORKER_ID", "5000");
-    let output = common::output_within(command, common::EXIT_LIMIT);
-    assert_ne!(output.code, 0);
-    assert!(output.stderr.contains("--worker-id 5000"), "{}", output.stderr);
+    let (code, stderr) = ServerBuilder::new().env("SNOWMINT_WORKER_ID", "5000").run_to_exit();
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--worker-id 5000"), "{stderr}");
     // `decode` reads its own layout from the same flags, and says the same.
     let (code, _, err) = run_binary(&["decode", "12", "--worker-bits", "40"]);
     assert_ne!(code, 0);
@@ -103,8 +93,7 @@ fn bad_configuration_exits_with_one_clear_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn next_and_batch_talk_to_a_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().start().await;
     let url = server.url();
     let (code, out, err) = tokio::task::spawn_blocking({
         let url = url.clone();
@@ -160,8 +149,7 @@ fn field(report: &str, label: &str) -> u64 {
 /// server issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_reports_what_the_server_issued() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().start().await;
     let url = server.url();
     let mut issued = server.metric("snowmint_ids_issued_total").await;
     for (method, calls, ids) in [("next", 300, 300), ("batch", 40, 40 * 100)] {
@@ -191,8 +179,7 @@ async fn bench_reports_what_the_server_issued() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_mints_and_stops_on_any_number_of_threads() {
     for threads in ["1", "2"] {
-        let dir = tempfile::tempdir().unwrap();
-        let mut server = Process::serve(&["--state-dir", dir.path().to_str().unwrap(), "--worker-threads", threads]);
+        let mut server = ServerBuilder::new().args(["--worker-threads", threads]).spawn();
         let mut callers = Vec::new();
         for _ in 0..8 {
             let mut client = server.client().await;
@@ -244,8 +231,7 @@ async fn failed_bench(url: &str, args: &[&str]) -> String {
 /// measure failed calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_fails_when_its_server_dies_mid_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let server = ServerBuilder::new().spawn();
     let url = format!("http://{}", server.grpc);
     let killer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
