@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestServer, assert_increasing, assert_unique, config};
+use common::{ServerBuilder, TestServer, assert_increasing, assert_unique};
 use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::layout::Layout;
 use snowmint::proto::id_service_server::{IdService, IdServiceServer};
@@ -19,18 +19,11 @@ use snowmint::proto::{
 use snowmint_client::{BufferConfig, Client, ClientError};
 use tonic::{Code, Request, Response, Status};
 
-async fn server() -> (TestServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    (TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await, dir)
-}
-
 /// A server on a manual clock, which refuses while its clock is stepped back.
-async fn steppable() -> (TestServer, ManualClock, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+async fn steppable() -> (TestServer, ManualClock) {
+    let (server, clock) = ServerBuilder::new().start_on_manual_clock().await;
     Client::builder([server.url()]).connect().unwrap().next_id().await.unwrap();
-    (server, clock, dir)
+    (server, clock)
 }
 
 /// The calls the server answered OK, NextId and BatchIds together.
@@ -95,7 +88,7 @@ impl IdService for Stub {
 
 #[tokio::test]
 async fn next_id_and_batch() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let client = Client::builder([server.url()]).connect().unwrap();
     let one = client.next_id().await.unwrap();
     let many = client.batch(1_000).await.unwrap();
@@ -116,9 +109,9 @@ async fn next_id_and_batch() {
 
 #[tokio::test]
 async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
-    let (good, _dir) = server().await;
+    let good = ServerBuilder::new().start().await;
     // One endpoint refuses (its clock stepped back 10 s), one has nothing listening.
-    let (refusing, clock, _refusing_dir) = steppable().await;
+    let (refusing, clock) = steppable().await;
     clock.step_wall(-60_000);
     let gone = format!("http://127.0.0.1:{}", common::etcd::free_port());
 
@@ -147,8 +140,8 @@ async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
 /// calls have gone round: here the two servers take turns refusing, five times over.
 #[tokio::test]
 async fn fails_over_back_and_forth_as_the_servers_take_turns_refusing() {
-    let (a, clock_a, _dir_a) = steppable().await;
-    let (b, clock_b, _dir_b) = steppable().await;
+    let (a, clock_a) = steppable().await;
+    let (b, clock_b) = steppable().await;
     let client = Client::builder([a.url(), b.url()]).attempts(2).connect().unwrap();
     let mut ids = vec![client.next_id().await.unwrap()];
     for turn in 0..6 {
@@ -172,7 +165,7 @@ async fn fails_over_back_and_forth_as_the_servers_take_turns_refusing() {
 /// endpoint never sees the call.
 #[tokio::test]
 async fn errors_the_server_sends_are_returned_without_failing_over() {
-    let (good, _dir) = server().await;
+    let good = ServerBuilder::new().start().await;
     for code in [Code::Unknown, Code::Cancelled, Code::Internal, Code::ResourceExhausted] {
         let (stub, url, task) = Stub::serve(code, Duration::ZERO).await;
         let client = Client::builder([url, good.url()]).connect().unwrap();
@@ -193,7 +186,7 @@ async fn errors_the_server_sends_are_returned_without_failing_over() {
 /// endpoint; the caller's own deadline ends the call, all attempts included.
 #[tokio::test]
 async fn an_attempt_past_its_deadline_fails_over_and_the_callers_deadline_ends_the_call() {
-    let (good, _dir) = server().await;
+    let good = ServerBuilder::new().start().await;
     let (slow, url, task) = Stub::serve(Code::Unavailable, Duration::from_secs(5)).await;
     let client = Client::builder([url.clone(), good.url()]).timeout(Duration::from_millis(200)).connect().unwrap();
     let start = Instant::now();
@@ -217,7 +210,7 @@ async fn an_attempt_past_its_deadline_fails_over_and_the_callers_deadline_ends_t
 /// rounds (10, 20, 40, 80, 160 and 320 ms over 7 attempts), not after the last.
 #[tokio::test]
 async fn a_call_gives_up_right_after_its_last_attempt() {
-    let (refusing, clock, _dir) = steppable().await;
+    let (refusing, clock) = steppable().await;
     clock.step_wall(-60_000);
     let client = Client::builder([refusing.url()]).attempts(7).connect().unwrap();
     client.batch(1).await.unwrap_err();
@@ -232,7 +225,7 @@ async fn a_call_gives_up_right_after_its_last_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_next_ids_are_coalesced_into_few_calls() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let client = Client::builder([server.url()]).connect().unwrap();
     client.next_id().await.unwrap();
     let before = calls(&server).await;
@@ -257,10 +250,7 @@ async fn concurrent_next_ids_are_coalesced_into_few_calls() {
 /// the client asks for, and no caller sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coalesced_calls_fit_a_server_with_a_small_max_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut small = config(dir.path());
-    small.max_batch = 50;
-    let server = TestServer::start(small, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().config(|c| c.max_batch = 50).start().await;
     let client = Client::builder([server.url()]).max_coalesced(100).connect().unwrap();
     for _ in 0..3 {
         let tasks: Vec<_> = (0..300)
@@ -282,7 +272,7 @@ async fn coalesced_calls_fit_a_server_with_a_small_max_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_buffer_serves_from_prefetched_batches_and_refills_below_the_low_water_mark() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let config = BufferConfig { batch: 4096, low_water: 4096, max_refills: 2, max_age: Duration::from_secs(5) };
     let client = Client::builder([server.url()]).buffer(config).connect().unwrap();
     let mut ids = Vec::with_capacity(100_000);
@@ -302,7 +292,7 @@ async fn the_buffer_serves_from_prefetched_batches_and_refills_below_the_low_wat
 
 #[tokio::test]
 async fn buffered_ids_older_than_the_age_bound_are_dropped() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let config = BufferConfig { batch: 1000, low_water: 100, max_refills: 1, max_age: Duration::from_millis(100) };
     let client = Client::builder([server.url()]).buffer(config).connect().unwrap();
     let layout = Layout::default_snowmint();
@@ -320,7 +310,7 @@ async fn buffered_ids_older_than_the_age_bound_are_dropped() {
 /// refill's error, and fills again once a server answers.
 #[tokio::test]
 async fn an_empty_buffer_fails_its_callers_when_the_refill_fails() {
-    let (refusing, clock, _dir) = steppable().await;
+    let (refusing, clock) = steppable().await;
     clock.step_wall(-60_000);
     let config = BufferConfig { batch: 100, low_water: 10, max_refills: 1, max_age: Duration::from_secs(1) };
     let client = Client::builder([refusing.url()]).buffer(config).connect().unwrap();
@@ -348,7 +338,7 @@ mod quickstart;
 
 #[tokio::test]
 async fn the_rust_quick_start_runs_as_the_page_shows_it() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     quickstart::mint(&format!("{},{}", server.url(), server.url())).await.unwrap();
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api/rust-client.md")).unwrap();
     let example =
@@ -400,7 +390,7 @@ async fn close_ends_every_waiting_call_at_once() {
 /// `close()` closes the client's connections, though the `Client` itself is still held.
 #[tokio::test]
 async fn close_closes_the_connections() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let client = Client::builder([server.url()])
         .buffer(BufferConfig { batch: 10, low_water: 2, max_refills: 1, max_age: Duration::from_secs(5) })
         .connect()
@@ -447,7 +437,7 @@ async fn a_callers_deadline_holds_behind_a_full_queue() {
 /// (issue 30, finding 1).
 #[tokio::test]
 async fn a_buffer_refills_at_the_rate_of_use() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let client = Client::builder([server.url()]).buffer(BufferConfig::default()).connect().unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(calls(&server).await, 0.0, "a buffered client fetched IDs before it was used");
@@ -467,10 +457,7 @@ async fn a_buffer_refills_at_the_rate_of_use() {
 /// their IDs, not the server's INVALID_ARGUMENT.
 #[tokio::test]
 async fn a_buffer_fits_a_server_with_a_small_max_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut small = config(dir.path());
-    small.max_batch = 50;
-    let server = TestServer::start(small, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().config(|c| c.max_batch = 50).start().await;
     let client = Client::builder([server.url()]).buffer(BufferConfig::default()).connect().unwrap();
     let mut ids = Vec::new();
     for _ in 0..500 {
