@@ -9,32 +9,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestServer, assert_increasing, config};
-use snowmint::clock::{Clock, ManualClock, SystemClock};
+use common::{ServerBuilder, TestServer, assert_increasing};
+use snowmint::clock::Clock;
 use snowmint::layout::Layout;
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
-
-/// A server under the strict policy.
-async fn start() -> (TestServer, ManualClock, tempfile::TempDir) {
-    start_with(Duration::ZERO).await
-}
-
-/// A server under the hybrid policy with a drift bound of 10 s.
-async fn start_hybrid() -> (TestServer, ManualClock, tempfile::TempDir) {
-    start_with(Duration::from_secs(10)).await
-}
-
-async fn start_with(max_clock_drift: Duration) -> (TestServer, ManualClock, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.max_clock_drift = max_clock_drift;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
-    (server, clock, dir)
-}
 
 /// Waits until `/readyz` answers `code`, at most 5 s.
 async fn wait_ready(server: &TestServer, code: u16) -> String {
@@ -51,7 +31,7 @@ async fn wait_ready(server: &TestServer, code: u16) -> String {
 
 #[tokio::test]
 async fn small_step_back_is_waited_out() {
-    let (server, clock, _dir) = start().await;
+    let (server, clock) = ServerBuilder::new().strict().start_on_manual_clock().await;
     let mut client = server.client().await;
     let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
 
@@ -72,7 +52,7 @@ async fn small_step_back_is_waited_out() {
 
 #[tokio::test]
 async fn large_step_back_is_refused_at_once_and_recovers_by_itself() {
-    let (server, clock, _dir) = start().await;
+    let (server, clock) = ServerBuilder::new().strict().start_on_manual_clock().await;
     let mut client = server.client().await;
     let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
 
@@ -107,7 +87,7 @@ async fn large_step_back_is_refused_at_once_and_recovers_by_itself() {
 /// machine's loopback, would turn a refusal 15 ms early into a client-side timeout.
 #[tokio::test]
 async fn no_call_waits_past_its_deadline() {
-    let (server, clock, _dir) = start().await;
+    let (server, clock) = ServerBuilder::new().strict().start_on_manual_clock().await;
     let mut client = server.client().await;
     client.next_id(NextIdRequest::default()).await.unwrap();
     clock.step_wall(-5); // waited out, but the clock never comes back in this test
@@ -131,7 +111,7 @@ async fn no_call_waits_past_its_deadline() {
 
 #[tokio::test]
 async fn exhausted_sequence_waits_for_the_next_tick() {
-    let (server, clock, _dir) = start().await;
+    let (server, clock) = ServerBuilder::new().strict().start_on_manual_clock().await;
     let mut client = server.client().await;
     // The clock is frozen: 5,000 IDs need two ticks of 4,096.
     let mut waiting = client.clone();
@@ -164,7 +144,7 @@ async fn exhausted_sequence_waits_for_the_next_tick() {
 
 #[tokio::test]
 async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
-    let (server, clock, _dir) = start_hybrid().await;
+    let (server, clock) = ServerBuilder::new().start_on_manual_clock().await;
     let mut client = server.client().await;
     let layout = Layout::default_snowmint();
     let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
@@ -200,7 +180,7 @@ async fn hybrid_a_step_back_within_the_bound_mints_on_without_refusal() {
 
 #[tokio::test]
 async fn hybrid_a_step_back_beyond_the_bound_is_refused_and_recovers_within_it() {
-    let (server, clock, _dir) = start_hybrid().await;
+    let (server, clock) = ServerBuilder::new().start_on_manual_clock().await;
     let mut client = server.client().await;
     let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
 
@@ -224,8 +204,8 @@ async fn hybrid_a_step_back_beyond_the_bound_is_refused_and_recovers_within_it()
 
 #[tokio::test]
 async fn a_forward_jump_corrected_before_it_is_confirmed_costs_nothing() {
-    for (policy, drift) in [("strict", Duration::ZERO), ("hybrid", Duration::from_secs(10))] {
-        let (server, clock, _dir) = start_with(drift).await;
+    for (policy, server) in [("strict", ServerBuilder::new().strict()), ("hybrid", ServerBuilder::new())] {
+        let (server, clock) = server.start_on_manual_clock().await;
         let mut client = server.client().await;
         let layout = Layout::default_snowmint();
         let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
@@ -253,7 +233,7 @@ async fn a_forward_jump_corrected_before_it_is_confirmed_costs_nothing() {
 
 #[tokio::test]
 async fn a_forward_jump_that_lasts_is_followed() {
-    let (server, clock, _dir) = start_hybrid().await;
+    let (server, clock) = ServerBuilder::new().start_on_manual_clock().await;
     let mut client = server.client().await;
     let layout = Layout::default_snowmint();
     let first = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
