@@ -10,15 +10,12 @@ mod common;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::ServerBuilder;
 use common::tls::TestCa;
-use common::{TestServer, config};
 use prost::Message;
-use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::proto::{BatchIdsRequest, BatchIdsResponse};
-use snowmint::server::GrpcTls;
 
 /// What `curl` got: the HTTP status, the HTTP version, and the body.
 #[derive(Debug)]
@@ -67,22 +64,6 @@ fn post(addr: SocketAddr, method: &str, body: &str, extra: &[&str]) -> Answer {
     curl(&[args.as_slice(), &[url.as_str()]].concat())
 }
 
-async fn server() -> (TestServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    (TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await, dir)
-}
-
-/// A server on a clock that stands still: 4,096 IDs, then every call waits for a tick that
-/// does not come unless the test moves the clock.
-async fn frozen() -> (TestServer, ManualClock, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.max_outstanding_ids = 100_000;
-    config.max_wait = Duration::from_secs(5);
-    (TestServer::start(config, Arc::new(clock.clone())).await, clock, dir)
-}
-
 /// `curl` blocking this test's runtime no longer than one call: run it on a blocking thread.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
@@ -120,8 +101,7 @@ fn connect_examples(page: &str) -> String {
 /// the `# ` line under it shows, from the real binary as an operator starts it.
 #[tokio::test]
 async fn the_curl_examples_of_the_pages_answer_as_shown() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = common::Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let mut server = ServerBuilder::new().spawn();
     let front = connect_examples("README.md");
     let block = connect_examples("docs/api/connect.md");
     let lines: Vec<&str> = front.lines().chain(block.lines()).collect();
@@ -164,7 +144,7 @@ fn shown_answers_match_ids_in_place_of_ellipses() {
 /// JSON and binary, over HTTP/1.1 and HTTP/2 with prior knowledge, on the port gRPC uses.
 #[tokio::test]
 async fn json_and_binary_over_http1_and_http2() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let url = format!("http://{}/snowmint.v1.IdService/BatchIds", server.grpc);
     for version in ["--http1.1", "--http2-prior-knowledge"] {
         let json = blocking({
@@ -202,10 +182,7 @@ async fn over_tls_alpn_picks_http2_or_http1() {
     let ca = TestCa::new(dir.path(), "ca");
     let cert = ca.issue("snowmint-server");
     for mutual in [false, true] {
-        let mut config = config(&dir.path().join(format!("state-{mutual}")));
-        config.tls =
-            Some(GrpcTls { cert: cert.cert.clone(), key: cert.key.clone(), client_ca: mutual.then(|| ca.ca.clone()) });
-        let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+        let server = ServerBuilder::new().tls(&cert, mutual.then_some(ca.ca.as_path())).start().await;
         let url = format!("https://{}/snowmint.v1.IdService/NextId", server.grpc);
         let client = ca.issue("client");
         for version in ["--http1.1", "--http2"] {
@@ -242,7 +219,7 @@ fn path(path: &Path) -> String {
 /// and a JSON body naming the code.
 #[tokio::test]
 async fn errors_have_the_protocols_http_statuses() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let addr = server.grpc;
     let checks = blocking(move || {
         let url = format!("http://{addr}/snowmint.v1.IdService/NextId");
@@ -292,7 +269,15 @@ async fn errors_have_the_protocols_http_statuses() {
 /// (429), as gRPC's UNAVAILABLE and RESOURCE_EXHAUSTED.
 #[tokio::test]
 async fn refusals_are_unavailable_and_overload_is_resource_exhausted() {
-    let (server, clock, _dir) = frozen().await;
+    // A clock that stands still: 4,096 IDs, then every call waits for a tick that does not
+    // come unless the test moves it.
+    let (server, clock) = ServerBuilder::new()
+        .config(|c| {
+            c.max_outstanding_ids = 100_000;
+            c.max_wait = Duration::from_secs(5);
+        })
+        .start_on_manual_clock()
+        .await;
     let addr = server.grpc;
     // The clock stands still: the first batch waits for ticks, holding 65,536 of the 100,000.
     let first = tokio::task::spawn_blocking(move || post(addr, "BatchIds", r#"{"count":65536}"#, &[]));
@@ -328,11 +313,7 @@ async fn refusals_are_unavailable_and_overload_is_resource_exhausted() {
 #[tokio::test]
 async fn connect_timeout_ms_bounds_every_call() {
     // The strict clock policy, which waits out a small step back (the hybrid one mints on).
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.max_clock_drift = Duration::ZERO;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) = ServerBuilder::new().strict().start_on_manual_clock().await;
     let addr = server.grpc;
     blocking(move || post(addr, "NextId", "{}", &[])).await;
     clock.step_wall(-5); // waited out, but the clock never comes back in this test
@@ -363,7 +344,7 @@ async fn connect_timeout_ms_bounds_every_call() {
 /// accepted socket has TCP_NODELAY, whichever protocol it speaks.
 #[tokio::test]
 async fn calls_on_one_connection_do_not_wait_for_nagle() {
-    let (server, _dir) = server().await;
+    let server = ServerBuilder::new().start().await;
     let url = format!("http://{}/snowmint.v1.IdService/NextId", server.grpc);
     let start = Instant::now();
     let answer = blocking(move || {
