@@ -13,11 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::tls::TestCa;
-use common::{Process, TestServer, channel, config, http_get, metric_value, serial};
-use snowmint::clock::SystemClock;
+use common::{ServerBuilder, TestServer, channel, serial};
 use snowmint::proto::NextIdRequest;
 use snowmint::proto::id_service_client::IdServiceClient;
-use snowmint::server::GrpcTls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -47,11 +45,13 @@ async fn metric_becomes(server: &TestServer, series: &str, value: f64) {
 #[tokio::test]
 async fn past_max_connections_new_connections_are_closed_and_counted_and_open_ones_keep_working() {
     let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.limits.max_connections = 3;
-    config.limits.max_connections_per_peer = 3;
-    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new()
+        .config(|c| {
+            c.limits.max_connections = 3;
+            c.limits.max_connections_per_peer = 3;
+        })
+        .start()
+        .await;
     let mut open = Vec::new();
     for _ in 0..3 {
         let channel = channel(server.grpc).await;
@@ -152,12 +152,14 @@ async fn connect_call(addr: SocketAddr) -> String {
 #[tokio::test]
 async fn connections_that_never_open_are_closed_at_the_handshake_bound_and_counted() {
     let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.limits.max_connections = 4;
-    config.limits.max_connections_per_peer = 4;
-    config.limits.handshake_timeout = BOUND;
-    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new()
+        .config(|c| {
+            c.limits.max_connections = 4;
+            c.limits.max_connections_per_peer = 4;
+            c.limits.handshake_timeout = BOUND;
+        })
+        .start()
+        .await;
     let opened_at = Instant::now();
     let mut unopened = Vec::new();
     for first_bytes in [&b""[..], b"", b"PRI * HTTP/2.0\r\n", b"POST /snowmint.v1.IdService/Ne"] {
@@ -185,10 +187,7 @@ async fn connections_that_never_open_are_closed_at_the_handshake_bound_and_count
 #[tokio::test]
 async fn connections_that_opened_live_past_the_handshake_bound() {
     let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.limits.handshake_timeout = BOUND;
-    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().config(|c| c.limits.handshake_timeout = BOUND).start().await;
     let grpc = channel(server.grpc).await;
     assert_eq!(call(grpc.clone()).await, tonic::Code::Ok);
     // An HTTP/1.1 request whose request line came at once and whose headers come later.
@@ -217,15 +216,17 @@ async fn connections_that_opened_live_past_the_handshake_bound() {
 async fn with_tls_connections_silent_in_or_after_their_handshake_are_closed_by_stage() {
     use tokio_rustls::rustls;
     let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path(), "ca");
-    let cert = ca.issue("snowmint-server");
-    let mut config = config(&dir.path().join("state"));
-    config.tls = Some(GrpcTls { cert: cert.cert, key: cert.key, client_ca: None });
-    config.limits.max_connections = 2;
-    config.limits.max_connections_per_peer = 2;
-    config.limits.handshake_timeout = BOUND;
-    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let builder = ServerBuilder::new();
+    let ca = TestCa::new(builder.dir(), "ca");
+    let server = builder
+        .tls(&ca.issue("snowmint-server"), None)
+        .config(|c| {
+            c.limits.max_connections = 2;
+            c.limits.max_connections_per_peer = 2;
+            c.limits.handshake_timeout = BOUND;
+        })
+        .start()
+        .await;
 
     let mut silent = TcpStream::connect(server.grpc).await.unwrap();
     let mut roots = rustls::RootCertStore::empty();
@@ -272,11 +273,13 @@ async fn with_tls_connections_silent_in_or_after_their_handshake_are_closed_by_s
 #[tokio::test]
 async fn past_max_connections_per_peer_a_peer_s_new_connections_are_closed_and_counted() {
     let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.limits.max_connections = 10;
-    config.limits.max_connections_per_peer = 2;
-    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new()
+        .config(|c| {
+            c.limits.max_connections = 10;
+            c.limits.max_connections_per_peer = 2;
+        })
+        .start()
+        .await;
     let mut open = vec![channel(server.grpc).await, channel(server.grpc).await];
     for channel in &open {
         assert_eq!(call(channel.clone()).await, tonic::Code::Ok);
@@ -306,29 +309,23 @@ async fn past_max_connections_per_peer_a_peer_s_new_connections_are_closed_and_c
     server.stop().await;
 }
 
-/// A metric of the server process `server`.
-async fn process_metric(server: &Process, series: &str) -> f64 {
-    metric_value(&http_get(server.admin, "/metrics").await.1, series)
-}
-
 /// The flags at their edges, on the binary: `--handshake-timeout-ms 1` closes a silent
 /// connection at once, and the largest, 120000, serves; `--max-connections-per-peer 1` lets
 /// a peer have one connection, and equal to `--max-connections` lets it have them all.
 #[tokio::test]
 async fn the_connection_flags_work_at_their_edges() {
     let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().display().to_string();
-    let state = state.as_str();
+    // One state dir for the servers here, one after the other.
+    let builder = ServerBuilder::new();
 
-    let mut server = Process::serve(&["--state-dir", state, "--handshake-timeout-ms", "1"]);
+    let mut server = builder.clone().args(["--handshake-timeout-ms", "1"]).spawn();
     let mut silent = TcpStream::connect(server.grpc).await.unwrap();
     closed_by_server(&mut silent, "a silent connection, with a bound of 1 ms").await;
-    assert_eq!(process_metric(&server, PROTOCOL_TIMEOUTS).await, 1.0);
+    assert_eq!(server.metric(PROTOCOL_TIMEOUTS).await, 1.0);
     server.signal("TERM");
     server.wait(Duration::from_secs(30)).await;
 
-    let mut server = Process::serve(&["--state-dir", state, "--handshake-timeout-ms", "120000"]);
+    let mut server = builder.clone().args(["--handshake-timeout-ms", "120000"]).spawn();
     assert_eq!(call(channel(server.grpc).await).await, tonic::Code::Ok);
     server.signal("TERM");
     server.wait(Duration::from_secs(30)).await;
@@ -336,8 +333,8 @@ async fn the_connection_flags_work_at_their_edges() {
     let per_peer = r#"snowmint_connections_refused_total{reason="per_peer"}"#;
     let over_cap = r#"snowmint_connections_refused_total{reason="max_connections"}"#;
     for (max, per_peer_max) in [("4", "1"), ("2", "2")] {
-        let args = ["--state-dir", state, "--max-connections", max, "--max-connections-per-peer", per_peer_max];
-        let mut server = Process::serve(&args);
+        let args = ["--max-connections", max, "--max-connections-per-peer", per_peer_max];
+        let mut server = builder.clone().args(args).spawn();
         let allowed: usize = per_peer_max.parse().unwrap();
         let mut open = Vec::new();
         for _ in 0..allowed {
@@ -347,7 +344,7 @@ async fn the_connection_flags_work_at_their_edges() {
         }
         let mut refused = TcpStream::connect(server.grpc).await.unwrap();
         closed_by_server(&mut refused, "a connection past the caps").await;
-        let (by_peer, by_cap) = (process_metric(&server, per_peer).await, process_metric(&server, over_cap).await);
+        let (by_peer, by_cap) = (server.metric(per_peer).await, server.metric(over_cap).await);
         let expected = if allowed == 1 { (1.0, 0.0) } else { (0.0, 1.0) };
         assert_eq!((by_peer, by_cap), expected, "{args:?}");
         drop(open);
@@ -414,19 +411,17 @@ async fn connection_table() {
     let (idle, active, secs) =
         (env("SNOWMINT_IDLE_CONNECTIONS", 10_000), env("SNOWMINT_ACTIVE_CONNECTIONS", 1_000), 10);
     common::claims::raise_open_files(65_536);
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().display().to_string();
-    let server = Process::serve(&[
-        "--state-dir",
-        &state,
-        "--worker-id",
-        "1",
-        "--max-connections",
-        "20000",
-        // Every client here is on 127.0.0.1: one peer, which may take the whole cap.
-        "--max-connections-per-peer",
-        "20000",
-    ]);
+    let server = ServerBuilder::new()
+        .args([
+            "--worker-id",
+            "1",
+            "--max-connections",
+            "20000",
+            // Every client here is on 127.0.0.1: one peer, which may take the whole cap.
+            "--max-connections-per-peer",
+            "20000",
+        ])
+        .spawn();
     let pid = server.pid();
     let rss_start = rss_kib(pid);
     eprintln!("| connections | RSS | calls/s | p50 | p99 |");

@@ -114,7 +114,12 @@ impl ServerBuilder {
     pub fn tls(mut self, server: &CertFiles, client_ca: Option<&Path>) -> ServerBuilder {
         self.config.tls =
             Some(GrpcTls { cert: server.cert.clone(), key: server.key.clone(), client_ca: client_ca.map(Into::into) });
-        self.flags([OsStr::new("--tls-cert"), server.cert.as_os_str(), OsStr::new("--tls-key"), server.key.as_os_str()]);
+        self.flags([
+            OsStr::new("--tls-cert"),
+            server.cert.as_os_str(),
+            OsStr::new("--tls-key"),
+            server.key.as_os_str(),
+        ]);
         if let Some(ca) = client_ca {
             self.flags([OsStr::new("--tls-client-ca"), ca.as_os_str()]);
         }
