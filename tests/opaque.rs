@@ -5,12 +5,12 @@
 mod common;
 
 use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{TestServer, assert_increasing, assert_unique, config, metric_value};
-use snowmint::clock::SystemClock;
+use common::{ServerBuilder, TestServer, assert_increasing, assert_unique, metric_value};
 use snowmint::opaque::{Keyring, OpaqueId, VALUE_LIMIT};
 use snowmint::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest, RevealRequest};
 
@@ -35,11 +35,10 @@ fn keyring(keys: &[(u32, [u8; 32])]) -> Arc<Keyring> {
     Arc::new(Keyring::new(keys.iter().copied()).unwrap())
 }
 
-/// A server in this process with `keys` (none: no key file), its state in `state`.
-async fn start(state: &Path, keys: &[(u32, [u8; 32])]) -> TestServer {
-    let mut config = config(state);
-    config.opaque = (!keys.is_empty()).then(|| keyring(keys));
-    TestServer::start(config, Arc::new(SystemClock::new())).await
+/// A server in this process with `keys` (none: no key file), on `server`'s state dir.
+async fn start(server: &ServerBuilder, keys: &[(u32, [u8; 32])]) -> TestServer {
+    let opaque = (!keys.is_empty()).then(|| keyring(keys));
+    server.clone().config(|c| c.opaque = opaque).start().await
 }
 
 /// Spearman's rank correlation of `values` with their order: 1 for increasing values, -1 for
@@ -79,8 +78,7 @@ fn spearman_is_one_for_order_minus_one_for_reverse() {
 async fn a_million_opaque_ids_are_unique_reveal_to_their_ids_and_show_no_order() {
     const TOTAL: usize = 1_000_000;
     const BATCH: usize = 65_536;
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), &[(0, KEY_0), (1, KEY_1)]).await;
+    let server = start(&ServerBuilder::new(), &[(0, KEY_0), (1, KEY_1)]).await;
     let mut client = server.client().await;
     let (mut values, mut texts) = (Vec::with_capacity(TOTAL), Vec::with_capacity(TOTAL));
     while values.len() < TOTAL {
@@ -129,8 +127,7 @@ async fn a_million_opaque_ids_are_unique_reveal_to_their_ids_and_show_no_order()
 /// the flag, before anything is minted; plain calls go on.
 #[tokio::test]
 async fn without_a_key_opaque_requests_fail_with_failed_precondition_naming_the_flag() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), &[]).await;
+    let server = start(&ServerBuilder::new(), &[]).await;
     let mut client = server.client().await;
     let text = OpaqueId::new(0, 12345).unwrap().to_string();
     let statuses = [
@@ -159,8 +156,7 @@ async fn without_a_key_opaque_requests_fail_with_failed_precondition_naming_the_
 /// what is wrong.
 #[tokio::test]
 async fn malformed_opaque_requests_are_invalid_arguments_that_say_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), &[(0, KEY_0)]).await;
+    let server = start(&ServerBuilder::new(), &[(0, KEY_0)]).await;
     let mut client = server.client().await;
     let reveal =
         |text: &str, id: u64, key_version: Option<u32>| RevealRequest { id, key_version, text: text.to_string() };
@@ -190,8 +186,7 @@ async fn malformed_opaque_requests_are_invalid_arguments_that_say_why() {
 /// Decode of an opaque ID reveals it first: by its string, or by its value and version.
 #[tokio::test]
 async fn decode_reveals_an_opaque_id_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), &[(4, KEY_0)]).await;
+    let server = start(&ServerBuilder::new(), &[(4, KEY_0)]).await;
     let mut client = server.client().await;
     let opaque = client.next_id(NextIdRequest { opaque: true }).await.unwrap().into_inner();
     assert!(opaque.text.starts_with('4'), "{}", opaque.text);
@@ -215,8 +210,7 @@ async fn decode_reveals_an_opaque_id_first() {
 /// the new key made would be revealed with the old key into another ID, and nothing would say.
 #[tokio::test]
 async fn numeric_opaque_ids_come_with_their_key_version_and_need_it_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), &[(0, KEY_0), (1, KEY_1)]).await;
+    let server = start(&ServerBuilder::new(), &[(0, KEY_0), (1, KEY_1)]).await;
     let mut client = server.client().await;
     let one = client.next_id(NextIdRequest { opaque: true }).await.unwrap().into_inner();
     assert_eq!(one.key_version, 1, "NextId did not say the key version: {one:?}");
@@ -259,12 +253,12 @@ async fn numeric_opaque_ids_come_with_their_key_version_and_need_it_back() {
 /// version, and once the old key is retired its strings fail, saying so.
 #[tokio::test]
 async fn key_rotation_keeps_strings_unique_and_retires_old_ones_clearly() {
-    let dir = tempfile::tempdir().unwrap();
-    let before = start(dir.path(), &[(0, KEY_0)]).await;
+    let state = ServerBuilder::new();
+    let before = start(&state, &[(0, KEY_0)]).await;
     let old = mint(&before).await;
     before.stop().await;
 
-    let both = start(dir.path(), &[(0, KEY_0), (1, KEY_1)]).await;
+    let both = start(&state, &[(0, KEY_0), (1, KEY_1)]).await;
     let new = mint(&both).await;
     let mut client = both.client().await;
     let texts: HashSet<&String> = old.iter().chain(&new).map(|(_, text)| text).collect();
@@ -283,7 +277,7 @@ async fn key_rotation_keeps_strings_unique_and_retires_old_ones_clearly() {
     assert_increasing(&revealed);
     both.stop().await;
 
-    let after = start(dir.path(), &[(1, KEY_1)]).await;
+    let after = start(&state, &[(1, KEY_1)]).await;
     let mut client = after.client().await;
     let status = client.reveal(RevealRequest { text: old[0].1.clone(), ..Default::default() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
@@ -298,14 +292,12 @@ async fn key_rotation_keeps_strings_unique_and_retires_old_ones_clearly() {
 /// no message shows a key.
 #[test]
 fn a_bad_key_file_is_refused_at_start_naming_the_file_and_writing_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys");
+    let server = ServerBuilder::new();
+    let keys = server.dir().join("keys");
     std::fs::create_dir(&keys).unwrap();
     let open = key_file(&keys, &[(0, KEY_0)], 0o644);
-    let state = dir.path().join("state");
-    let state_arg = state.to_str().unwrap();
-    let (code, stderr) =
-        common::serve_to_exit(&["--state-dir", state_arg, "--opaque-key-file", open.to_str().unwrap()]);
+    let state = server.state_path();
+    let (code, stderr) = server.clone().args([OsStr::new("--opaque-key-file"), open.as_os_str()]).run_to_exit();
     assert_ne!(code, 0);
     let line = stderr.trim();
     assert_eq!(line.lines().count(), 1, "{stderr}");
@@ -322,8 +314,7 @@ fn a_bad_key_file_is_refused_at_start_naming_the_file_and_writing_nothing() {
     for (text, says) in bad {
         let path = key_file(&keys, &[], 0o600);
         std::fs::write(&path, text).unwrap();
-        let (code, stderr) =
-            common::serve_to_exit(&["--state-dir", state_arg, "--opaque-key-file", path.to_str().unwrap()]);
+        let (code, stderr) = server.clone().args([OsStr::new("--opaque-key-file"), path.as_os_str()]).run_to_exit();
         assert_ne!(code, 0, "{text:?}");
         assert!(stderr.contains(says) && stderr.trim().lines().count() == 1, "{text:?}: {stderr}");
         assert!(!stderr.contains(&hex(&KEY_0)[..16]) && !stderr.contains(&hex(&KEY_1)[..16]), "{stderr}");
@@ -337,11 +328,9 @@ fn a_bad_key_file_is_refused_at_start_naming_the_file_and_writing_nothing() {
 /// `snowmint decode` reveals a string with the same file.
 #[tokio::test]
 async fn the_binary_serves_opaque_ids_over_connect_json_and_decode_reveals_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let keys = key_file(dir.path(), &[(0, KEY_0), (2, KEY_1)], 0o600);
-    let mut command = Command::new(common::binary());
-    command.env("SNOWMINT_OPAQUE_KEY_FILE", &keys);
-    let mut server = common::Process::serve_with(command, &["--state-dir", dir.path().join("state").to_str().unwrap()]);
+    let server = ServerBuilder::new();
+    let keys = key_file(server.dir(), &[(0, KEY_0), (2, KEY_1)], 0o600);
+    let mut server = server.env("SNOWMINT_OPAQUE_KEY_FILE", &keys).spawn();
     let post = |method: &str, body: &str| {
         let url = format!("http://{}/snowmint.v1.IdService/{method}", server.grpc);
         let mut curl = Command::new("curl");
