@@ -4,12 +4,10 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::free_port;
-use common::{Child, TestServer, config, output_within, try_http_get};
-use snowmint::clock::SystemClock;
+use common::{Child, ServerBuilder, output_within, try_http_get};
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
 
 /// The value of an instant query's first sample, once Prometheus has one.
@@ -31,8 +29,10 @@ async fn query(addr: std::net::SocketAddr, promql: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_counters() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(config(&dir.path().join("state")), Arc::new(SystemClock::new())).await;
+    let builder = ServerBuilder::new();
+    let server = builder.start().await;
+    // The exposition and Prometheus's own files go beside the server's state.
+    let dir = builder.dir();
     let mut client = server.client().await;
     for _ in 0..10 {
         client.next_id(NextIdRequest::default()).await.unwrap();
@@ -42,7 +42,7 @@ async fn prometheus_scrapes_the_counters() {
 
     // promtool's lint of the exposition: no findings.
     let metrics = server.admin_get("/metrics").await.1;
-    let exposition = dir.path().join("metrics.txt");
+    let exposition = dir.join("metrics.txt");
     std::fs::write(&exposition, &metrics).unwrap();
     let mut promtool = Command::new("sh");
     promtool.arg("-c").arg("exec promtool check metrics < \"$0\"").arg(&exposition);
@@ -52,7 +52,7 @@ async fn prometheus_scrapes_the_counters() {
 
     let port = free_port();
     std::fs::write(
-        dir.path().join("prometheus.yml"),
+        dir.join("prometheus.yml"),
         format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: snowmint\n    static_configs:\n      - targets: ['{}']\n",
             server.admin
@@ -61,8 +61,8 @@ async fn prometheus_scrapes_the_counters() {
     .unwrap();
     let mut prometheus = Command::new("prometheus");
     prometheus
-        .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
