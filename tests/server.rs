@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestServer, assert_increasing, assert_unique, config, metric_value};
-use snowmint::clock::{Clock, ManualClock, SystemClock};
+use common::{ServerBuilder, TestServer, assert_increasing, assert_unique, metric_value};
+use snowmint::clock::SystemClock;
 use snowmint::metrics::CODES;
 use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest};
 use tonic_health::pb::HealthCheckRequest;
@@ -19,13 +18,14 @@ use tonic_health::pb::health_client::HealthClient;
 /// by its code; the calls already queued are served.
 #[tokio::test]
 async fn ids_outstanding_are_bounded_and_the_excess_is_refused_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
     // The clock stands still: one tick of 4,096 IDs, so big batches queue up.
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.max_outstanding_ids = 100_000;
-    config.max_wait = Duration::from_secs(5);
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) = ServerBuilder::new()
+        .config(|c| {
+            c.max_outstanding_ids = 100_000;
+            c.max_wait = Duration::from_secs(5);
+        })
+        .start_on_manual_clock()
+        .await;
     let client = server.client().await;
     let mut first = client.clone();
     let queued =
@@ -62,15 +62,9 @@ async fn ids_outstanding_are_bounded_and_the_excess_is_refused_and_counted() {
     server.stop().await;
 }
 
-async fn start() -> (TestServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
-    (server, dir)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hundred_thousand_ids_from_sixteen_callers_are_unique_and_increasing_per_caller() {
-    let (server, _dir) = start().await;
+    let server = ServerBuilder::new().start().await;
     const CALLERS: usize = 16;
     const PER_CALLER: usize = 6_250; // 100,000 in all
     let mut tasks = Vec::new();
@@ -123,7 +117,7 @@ async fn hundred_thousand_ids_from_sixteen_callers_are_unique_and_increasing_per
 
 #[tokio::test]
 async fn batch_count_out_of_range_names_the_limit() {
-    let (server, _dir) = start().await;
+    let server = ServerBuilder::new().start().await;
     let mut client = server.client().await;
     for count in [0, 65_537, u32::MAX] {
         let status = client.batch_ids(BatchIdsRequest { count, ..Default::default() }).await.unwrap_err();
@@ -143,7 +137,7 @@ async fn batch_count_out_of_range_names_the_limit() {
 
 #[tokio::test]
 async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
-    let (server, _dir) = start().await;
+    let server = ServerBuilder::new().start().await;
     let mut client = server.client().await;
     let id = client.next_id(NextIdRequest::default()).await.unwrap().into_inner().id;
     let decoded =
@@ -168,7 +162,7 @@ async fn decode_splits_own_ids_and_rejects_unknown_layouts() {
 
 #[tokio::test]
 async fn health_reflection_and_admin_endpoints() {
-    let (server, _dir) = start().await;
+    let server = ServerBuilder::new().start().await;
     let channel = common::channel(server.grpc).await;
     let mut health = HealthClient::new(channel.clone());
     // The minter reports serving as soon as it has a worker and a reservation.
@@ -240,7 +234,7 @@ async fn health_reflection_and_admin_endpoints() {
 /// TCP_NODELAY on accepted sockets).
 #[tokio::test]
 async fn single_calls_do_not_wait_for_nagle() {
-    let (server, _dir) = start().await;
+    let server = ServerBuilder::new().start().await;
     let mut client = server.client().await;
     client.next_id(NextIdRequest::default()).await.unwrap();
     let mut times = Vec::new();
@@ -260,11 +254,8 @@ async fn single_calls_do_not_wait_for_nagle() {
 /// moves a tick at a time; served in arrival order, the NextId would wait 128 ticks.
 #[tokio::test]
 async fn a_next_id_is_not_held_behind_another_connections_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.max_wait = Duration::from_secs(30);
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) =
+        ServerBuilder::new().config(|c| c.max_wait = Duration::from_secs(30)).start_on_manual_clock().await;
     let bulk = server.client().await;
     let batches: Vec<_> = (0..8)
         .map(|_| {
@@ -314,13 +305,12 @@ async fn a_next_id_is_not_held_behind_another_connections_batches() {
 /// scrape.
 #[tokio::test]
 async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.limits.request_timeout = Duration::from_millis(300);
     // The strict policy, which waits out a small step back (the hybrid one mints through it).
-    config.max_clock_drift = Duration::ZERO;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) = ServerBuilder::new()
+        .strict()
+        .config(|c| c.limits.request_timeout = Duration::from_millis(300))
+        .start_on_manual_clock()
+        .await;
     let labels = ["NextId", "BatchIds", "Decode", "Reveal", "other"];
     let scrape = server.admin_get("/metrics").await.1;
     for method in labels {
