@@ -3,23 +3,19 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
-
 use common::tls::{CertFiles, TestCa};
-use common::{TestServer, config};
-use snowmint::clock::SystemClock;
+use common::{ServerBuilder, TestServer};
 use snowmint::proto::id_service_client::IdServiceClient;
 use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest};
-use snowmint::server::GrpcTls;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-async fn tls_server(dir: &Path, ca: &TestCa, mutual: bool) -> TestServer {
-    let server_cert = ca.issue("snowmint-server");
-    let mut config = config(&dir.join("state"));
-    config.tls =
-        Some(GrpcTls { cert: server_cert.cert, key: server_cert.key, client_ca: mutual.then(|| ca.ca.clone()) });
-    TestServer::start(config, Arc::new(SystemClock::new())).await
+/// A server over TLS with a certificate from a new CA in its dir (with mutual TLS, asking
+/// clients for one from it too), and the CA.
+async fn tls_server(mutual: bool) -> (TestServer, TestCa) {
+    let builder = ServerBuilder::new();
+    let ca = TestCa::new(builder.dir(), "ca");
+    let server = builder.tls(&ca.issue("snowmint-server"), mutual.then_some(ca.ca.as_path())).start().await;
+    (server, ca)
 }
 
 async fn tls_channel(
@@ -44,9 +40,7 @@ async fn tls_channel(
 
 #[tokio::test]
 async fn tls_call_works_and_plain_text_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path(), "ca");
-    let server = tls_server(dir.path(), &ca, false).await;
+    let (server, ca) = tls_server(false).await;
     let mut client = IdServiceClient::new(tls_channel(&server, &ca, None).await.unwrap());
     let ids = client.batch_ids(BatchIdsRequest { count: 10, ..Default::default() }).await.unwrap().into_inner().ids;
     assert_eq!(ids.len(), 10);
@@ -67,9 +61,7 @@ async fn tls_call_works_and_plain_text_is_refused() {
 
 #[tokio::test]
 async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path(), "ca");
-    let server = tls_server(dir.path(), &ca, true).await;
+    let (server, ca) = tls_server(true).await;
     let client_cert = ca.issue("client");
     let mut client = IdServiceClient::new(tls_channel(&server, &ca, Some(&client_cert)).await.unwrap());
     client.next_id(NextIdRequest::default()).await.unwrap();
@@ -82,7 +74,7 @@ async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
     assert!(refused, "a client without a certificate got an ID");
 
     // With a certificate from another CA: refused.
-    let other = TestCa::new(dir.path(), "other-ca");
+    let other = TestCa::new(server.dir(), "other-ca");
     let stranger = other.issue("stranger");
     let refused = match tls_channel(&server, &ca, Some(&stranger)).await {
         Err(_) => true,
@@ -95,8 +87,7 @@ async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
 
 #[tokio::test]
 async fn oversized_and_malformed_requests_get_errors_and_the_server_stays_healthy() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(config(dir.path()), Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new().start().await;
     let mut client = server.client().await;
 
     // Far above the 16 KiB request limit.

@@ -352,6 +352,11 @@ impl TestServer {
         format!("http://{}", self.grpc)
     }
 
+    /// The temp dir of the builder that started the server, for the test's own files.
+    pub fn dir(&self) -> &Path {
+        self.held.as_ref().expect("started by a builder").0.path()
+    }
+
     /// Where the server keeps its state.
     pub fn state_path(&self) -> &Path {
         &self.held.as_ref().expect("started by a builder").1
