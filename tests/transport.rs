@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::{TestServer, config};
+use common::ServerBuilder;
 use prost::Message;
-use snowmint::clock::{Clock, ManualClock, SystemClock};
+use snowmint::clock::{Clock, SystemClock};
 use snowmint::proto::{BatchIdsRequest, BatchIdsResponse, NextIdRequest, NextIdResponse};
 use tokio::net::TcpStream;
 
@@ -102,13 +102,12 @@ fn series(method: &str, code: &str) -> String {
 
 #[tokio::test]
 async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.limits.request_timeout = Duration::from_millis(400);
     // The strict policy: a clock a little behind makes the minter wait.
-    config.max_clock_drift = Duration::ZERO;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) = ServerBuilder::new()
+        .strict()
+        .config(|c| c.limits.request_timeout = Duration::from_millis(400))
+        .start_on_manual_clock()
+        .await;
     common::client(server.grpc).await.next_id(NextIdRequest::default()).await.unwrap();
     let (mut client, _connection) = connect(server.grpc).await;
 
@@ -192,12 +191,8 @@ async fn a_plain_next_id_keeps_every_limit_and_the_other_forms_still_reach_tonic
 /// timer would end it with `CANCELLED`.
 #[tokio::test]
 async fn a_batch_whose_body_came_late_is_refused_with_the_reason_before_its_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
     // The strict policy: a clock a little behind makes the minter wait, to the deadline.
-    config.max_clock_drift = Duration::ZERO;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) = ServerBuilder::new().strict().start_on_manual_clock().await;
     let (mut client, _connection) = connect(server.grpc).await;
     assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
     clock.step_wall(-4);
@@ -243,13 +238,14 @@ impl Clock for StallingClock {
 /// its full queue, are all answered by their `grpc-timeout`, and nothing is minted for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn a_plain_next_id_keeps_its_deadline_while_the_minter_is_stalled() {
-    let dir = tempfile::tempdir().unwrap();
     let clock = StallingClock::default();
-    let mut config = config(dir.path());
     // Room for every call on one connection: the minter's queue full, and more.
     let calls = snowmint::minter::QUEUE + 100;
-    config.limits.max_concurrent_streams = calls as u32 + 100;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let server = ServerBuilder::new()
+        .clock(clock.clone())
+        .config(|c| c.limits.max_concurrent_streams = calls as u32 + 100)
+        .start()
+        .await;
     let (mut client, _connection) = connect(server.grpc).await;
     assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
 
@@ -293,11 +289,13 @@ async fn a_plain_next_id_keeps_its_deadline_while_the_minter_is_stalled() {
 
 #[tokio::test]
 async fn a_connection_past_its_age_is_told_to_go_away_and_its_calls_in_flight_finish() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.limits.max_connection_age = Duration::from_millis(300);
-    config.limits.request_timeout = Duration::from_secs(5);
-    let server = TestServer::start(config, Arc::new(SystemClock::new())).await;
+    let server = ServerBuilder::new()
+        .config(|c| {
+            c.limits.max_connection_age = Duration::from_millis(300);
+            c.limits.request_timeout = Duration::from_secs(5);
+        })
+        .start()
+        .await;
     let (mut client, connection) = connect(server.grpc).await;
     assert_eq!(call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await.code, tonic::Code::Ok);
 
