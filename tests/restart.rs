@@ -4,20 +4,17 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Process, TestServer, assert_increasing, config, next_id_eventually, serve_to_exit};
-use snowmint::clock::{Clock, ManualClock, SystemClock};
+use common::{ServerBuilder, assert_increasing, next_id_eventually};
 use snowmint::layout::Layout;
 
 use snowmint::proto::{BatchIdsRequest, NextIdRequest};
 
 #[tokio::test]
 async fn restart_with_the_clock_behind_waits_until_past_the_saved_reservation() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+    let builder = ServerBuilder::new();
+    let (server, clock) = builder.start_on_manual_clock().await;
     let mut client = server.client().await;
     let mut before =
         client.batch_ids(BatchIdsRequest { count: 1_000, ..Default::default() }).await.unwrap().into_inner().ids;
@@ -27,7 +24,7 @@ async fn restart_with_the_clock_behind_waits_until_past_the_saved_reservation() 
 
     // The host comes back with its clock 10 s behind.
     clock.step_wall(-10_000);
-    let server = TestServer::start(config(dir.path()), Arc::new(clock.clone())).await;
+    let server = builder.clock(clock.clone()).start().await;
     let mut client = server.client().await;
     let status = client.next_id(NextIdRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
@@ -44,11 +41,10 @@ async fn restart_with_the_clock_behind_waits_until_past_the_saved_reservation() 
 
 #[tokio::test]
 async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
+    let worker_9 = ServerBuilder::new().args(["--worker-id", "9"]);
     let mut all = Vec::new();
 
-    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut process = worker_9.spawn();
     let mut client = process.client().await;
     let first = next_id_eventually(&mut client, Duration::from_secs(5)).await;
     all.push(first);
@@ -63,10 +59,10 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     assert!(logs.contains("final reservation saved"), "{logs}");
     let layout = snowmint::layout::Layout::default_snowmint();
     let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
-    assert_eq!(saved_reservation(dir.path(), 9), last_ms, "the final reservation is the last tick used");
+    assert_eq!(saved_reservation(worker_9.state_path(), 9), last_ms, "the final reservation is the last tick used");
 
     // A graceful restart mints at once, past everything before.
-    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let mut process = worker_9.spawn();
     let mut client = process.client().await;
     let start = std::time::Instant::now();
     let id = next_id_eventually(&mut client, Duration::from_secs(5)).await;
@@ -81,10 +77,10 @@ async fn sigterm_saves_the_reservation_and_kill_9_restarts_past_it() {
     process.signal("KILL");
     process.wait(Duration::from_secs(5)).await;
     drop(process);
-    let reserved = saved_reservation(dir.path(), 9);
+    let reserved = saved_reservation(worker_9.state_path(), 9);
     let last_ms = layout.tick_end_ms(layout.unpack(*all.last().unwrap()).tick);
     assert!(reserved > last_ms, "the killed run's reservation {reserved} does not reach past its last ID ({last_ms})");
-    let process = Process::serve(&["--state-dir", state_dir, "--worker-id", "9"]);
+    let process = worker_9.spawn();
     let mut client = process.client().await;
     let first = next_id_eventually(&mut client, Duration::from_secs(10)).await;
     let first_ms = layout.tick_start_ms(layout.unpack(first).tick);
@@ -106,14 +102,16 @@ fn saved_reservation(dir: &std::path::Path, worker_id: u32) -> i64 {
 
 #[test]
 fn corrupt_state_stops_the_start_with_one_clear_line() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("worker-0.json"), "{\"version\":1,\"worker").unwrap();
-    let (code, stderr) = serve_to_exit(&["--state-dir", dir.path().to_str().unwrap(), "--log-format", "json"]);
+    let server = ServerBuilder::new().args(["--log-format", "json"]);
+    let state_file = server.state_path().join("worker-0.json");
+    std::fs::create_dir(server.state_path()).unwrap();
+    std::fs::write(&state_file, "{\"version\":1,\"worker").unwrap();
+    let (code, stderr) = server.run_to_exit();
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.starts_with("snowmint: state file") && last.contains("corrupt"), "{stderr}");
     // Never reset: the file is untouched.
-    assert_eq!(std::fs::read_to_string(dir.path().join("worker-0.json")).unwrap(), "{\"version\":1,\"worker");
+    assert_eq!(std::fs::read_to_string(&state_file).unwrap(), "{\"version\":1,\"worker");
 }
 
 /// A state file that parses but holds an absurd time (past the layout's end, or before its
@@ -122,8 +120,9 @@ fn corrupt_state_stops_the_start_with_one_clear_line() {
 #[test]
 fn an_absurd_reservation_in_the_state_file_stops_the_start_naming_the_file() {
     for absurd in [i64::MAX - 5, 1_000] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("worker-0.json");
+        let server = ServerBuilder::new();
+        std::fs::create_dir(server.state_path()).unwrap();
+        let path = server.state_path().join("worker-0.json");
         let state = serde_json::json!({
             "version": 1,
             "worker_id": 0,
@@ -134,7 +133,7 @@ fn an_absurd_reservation_in_the_state_file_stops_the_start_naming_the_file() {
         })
         .to_string();
         std::fs::write(&path, &state).unwrap();
-        let (code, stderr) = serve_to_exit(&["--state-dir", dir.path().to_str().unwrap()]);
+        let (code, stderr) = server.run_to_exit();
         assert_ne!(code, 0, "started over {absurd}");
         let last = stderr.lines().last().unwrap_or_default();
         assert!(last.contains(path.to_str().unwrap()) && last.contains("outside the layout's time range"), "{stderr}");
@@ -144,18 +143,16 @@ fn an_absurd_reservation_in_the_state_file_stops_the_start_naming_the_file() {
 
 #[tokio::test]
 async fn a_second_process_on_the_same_state_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let _first = Process::serve(&["--state-dir", state_dir]);
-    let (code, stderr) = serve_to_exit(&["--state-dir", state_dir]);
+    let server = ServerBuilder::new();
+    let _first = server.spawn();
+    let (code, stderr) = server.run_to_exit();
     assert_ne!(code, 0);
     assert!(stderr.lines().last().unwrap().contains("in use by another snowmint process"), "{stderr}");
 }
 
 #[tokio::test]
 async fn sigint_also_stops_gracefully() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut process = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let mut process = ServerBuilder::new().spawn();
     let mut client = process.client().await;
     next_id_eventually(&mut client, Duration::from_secs(5)).await;
     process.signal("INT");
@@ -165,8 +162,7 @@ async fn sigint_also_stops_gracefully() {
 /// A client that never lets its connection go does not hold the shutdown past the grace.
 #[tokio::test]
 async fn shutdown_grace_bounds_a_stuck_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut process = Process::serve(&["--state-dir", dir.path().to_str().unwrap(), "--shutdown-grace-ms", "500"]);
+    let mut process = ServerBuilder::new().args(["--shutdown-grace-ms", "500"]).spawn();
     // A raw HTTP/2 connection that sends its preface and then nothing, never acking.
     let mut raw = std::net::TcpStream::connect(process.grpc).unwrap();
     std::io::Write::write_all(&mut raw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").unwrap();
@@ -181,17 +177,16 @@ async fn shutdown_grace_bounds_a_stuck_client() {
 /// calling it a first start.
 #[tokio::test]
 async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let mut first = Process::serve(&["--state-dir", state_dir]);
+    let server = ServerBuilder::new();
+    let mut first = server.spawn();
     first.wait_for_log("first start for this worker", Duration::from_secs(5)).await;
     // Minting, so the signal handlers are in place: a SIGTERM before them kills at once.
     next_id_eventually(&mut first.client().await, Duration::from_secs(5)).await;
     first.signal("TERM");
     assert!(first.wait(Duration::from_secs(10)).await.success());
 
-    std::fs::remove_file(dir.path().join("worker-0.json")).unwrap();
-    let mut reset = Process::serve(&["--state-dir", state_dir, "--accept-missing-state"]);
+    std::fs::remove_file(server.state_path().join("worker-0.json")).unwrap();
+    let mut reset = server.args(["--accept-missing-state"]).spawn();
     let logs = reset.wait_for_log("slot taken", Duration::from_secs(5)).await.join("\n");
     assert!(logs.contains("state file missing; start accepted deliberately (--accept-missing-state)"), "{logs}");
     assert!(!logs.contains("first start"), "{logs}");
@@ -204,25 +199,26 @@ async fn a_start_on_a_missing_state_file_says_it_was_accepted_deliberately() {
 /// has written, a state file that goes missing is refused again.
 #[tokio::test]
 async fn a_start_that_failed_before_its_first_write_leaves_the_state_dir_fresh() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let mut holder = Process::serve(&["--state-dir", state_dir, "--worker-id", "1"]);
+    let state = ServerBuilder::new();
+    let state_dir = state.state_path();
+    let mut holder = state.clone().args(["--worker-id", "1"]).spawn();
     next_id_eventually(&mut holder.client().await, Duration::from_secs(5)).await;
 
-    let (code, stderr) = serve_to_exit(&["--state-dir", state_dir, "--worker-id", "0,1"]);
+    let (code, stderr) = state.clone().args(["--worker-id", "0,1"]).run_to_exit();
     assert_ne!(code, 0, "{stderr}");
     assert!(stderr.contains("in use by another snowmint process for worker 1"), "{stderr}");
-    assert!(dir.path().join("worker-0.lock").exists(), "the failed start did not get as far as worker 0");
-    assert!(!dir.path().join("worker-0.json").exists());
+    assert!(state_dir.join("worker-0.lock").exists(), "the failed start did not get as far as worker 0");
+    assert!(!state_dir.join("worker-0.json").exists());
 
-    let mut next = Process::serve(&["--state-dir", state_dir, "--worker-id", "0"]);
+    let worker_0 = state.clone().args(["--worker-id", "0"]);
+    let mut next = worker_0.spawn();
     next.wait_for_log("first start for this worker", Duration::from_secs(5)).await;
     next_id_eventually(&mut next.client().await, Duration::from_secs(5)).await;
     next.signal("TERM");
     assert!(next.wait(Duration::from_secs(10)).await.success());
 
-    std::fs::remove_file(dir.path().join("worker-0.json")).unwrap();
-    let (code, stderr) = serve_to_exit(&["--state-dir", state_dir, "--worker-id", "0"]);
+    std::fs::remove_file(state_dir.join("worker-0.json")).unwrap();
+    let (code, stderr) = worker_0.run_to_exit();
     assert_ne!(code, 0, "{stderr}");
     assert!(stderr.contains("is missing, but worker 0 ran in this state dir before"), "{stderr}");
     holder.signal("TERM");
@@ -238,22 +234,21 @@ async fn a_start_that_failed_before_its_first_write_leaves_the_state_dir_fresh()
 /// bit, it stops root too, and it needs no mount.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until_writes_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
-    let mut process = Process::serve(&["--state-dir", state_dir, "--reservation-window-ms", "1000"]);
+    let mut process = ServerBuilder::new().args(["--reservation-window-ms", "1000"]).spawn();
+    let state_dir = process.state_path().to_path_buf();
     let mut client = process.client().await;
     let before = next_id_eventually(&mut client, Duration::from_secs(5)).await;
 
     // A write under way when the directory appears holds the temp file: try until it is
     // free, after which no write can land.
-    let blocker = dir.path().join("worker-0.json.tmp");
+    let blocker = state_dir.join("worker-0.json.tmp");
     let start = std::time::Instant::now();
     while let Err(e) = std::fs::create_dir(&blocker) {
         assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
         assert!(start.elapsed() < Duration::from_secs(5), "the temp file never went away");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let reserved = saved_reservation(dir.path(), 0);
+    let reserved = saved_reservation(&state_dir, 0);
     let blocked = std::time::Instant::now();
 
     let layout = snowmint::layout::Layout::default_snowmint();
@@ -274,10 +269,7 @@ async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until
         assert!(ms <= reserved, "minted at {ms}, past the reservation on disk ({reserved})");
     }
     process.wait_for_log("reservation write failed", Duration::from_secs(5)).await;
-    let failed = common::metric_value(
-        &common::http_get(process.admin, "/metrics").await.1,
-        r#"snowmint_reservation_writes_total{result="failed"}"#,
-    );
+    let failed = process.metric(r#"snowmint_reservation_writes_total{result="failed"}"#).await;
     assert!(failed >= 1.0, "failed writes not counted");
     let start = std::time::Instant::now();
     while process.admin_ready().await != 503 {
@@ -297,12 +289,10 @@ async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until
 /// reservation covers every ID they got.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_at_sigterm_finish_and_the_final_reservation_covers_them() {
-    let dir = tempfile::tempdir().unwrap();
     // 64 IDs a millisecond: eight batches of 4,000 take half a second of ticks, so they are
     // still in flight when the signal comes. A generous --max-wait-ms keeps a slow machine
     // from refusing them for taking long.
-    let args = ["--state-dir", dir.path().to_str().unwrap(), "--sequence-bits", "6", "--max-wait-ms", "5000"];
-    let mut process = Process::serve(&args);
+    let mut process = ServerBuilder::new().args(["--sequence-bits", "6", "--max-wait-ms", "5000"]).spawn();
     let mut client = process.client().await;
     next_id_eventually(&mut client, Duration::from_secs(5)).await;
     let callers: Vec<_> = (0..8)
@@ -334,17 +324,16 @@ async fn calls_in_flight_at_sigterm_finish_and_the_final_reservation_covers_them
     assert!(status.success(), "SIGTERM exit: {status:?}");
     let layout = Layout::snowmint(snowmint::layout::DEFAULT_EPOCH_MS, 10, 6);
     let last_ms = all.iter().map(|&id| layout.tick_end_ms(layout.unpack(id).tick)).max().unwrap();
-    assert!(saved_reservation(dir.path(), 0) >= last_ms, "the final reservation does not cover the last ID");
+    assert!(saved_reservation(process.state_path(), 0) >= last_ms, "the final reservation does not cover the last ID");
 }
 
 /// Standalone with several worker IDs: each has its own state file, a large batch fills each
 /// tick across them in ascending order, and a restart goes on past every one's reservation.
 #[tokio::test]
 async fn several_static_worker_ids_fill_ticks_in_order_and_restart_past_each() {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().to_str().unwrap();
     let layout = Layout::default_snowmint();
-    let mut process = Process::serve(&["--state-dir", state_dir, "--worker-id", "2-3"]);
+    let workers_2_and_3 = ServerBuilder::new().args(["--worker-id", "2-3"]);
+    let mut process = workers_2_and_3.spawn();
     let mut client = process.client().await;
     next_id_eventually(&mut client, Duration::from_secs(5)).await;
     let before =
@@ -353,11 +342,11 @@ async fn several_static_worker_ids_fill_ticks_in_order_and_restart_past_each() {
     let workers: std::collections::BTreeSet<u64> = before.iter().map(|&id| layout.unpack(id).worker).collect();
     assert_eq!(workers, [2, 3].into(), "a batch of 20,000 should span both slots");
     for worker in [2, 3] {
-        assert!(dir.path().join(format!("worker-{worker}.json")).exists());
+        assert!(workers_2_and_3.state_path().join(format!("worker-{worker}.json")).exists());
     }
     process.signal("KILL");
     process.wait(Duration::from_secs(5)).await;
-    let mut again = Process::serve(&["--state-dir", state_dir, "--worker-id", "2-3"]);
+    let mut again = workers_2_and_3.spawn();
     let mut client = again.client().await;
     let after = next_id_eventually(&mut client, Duration::from_secs(10)).await;
     assert!(after > *before.last().unwrap(), "the restart went back");
