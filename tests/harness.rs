@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::ServerBuilder;
 use common::etcd::EtcdCluster;
-use common::{Process, serve_to_exit_within};
 
 /// Where the helper run says it has started its children.
 const READY_FILE: &str = "SNOWMINT_HARNESS_READY_FILE";
@@ -83,8 +83,7 @@ fn survivors(procs: &[Proc], limit: Duration) -> Vec<Proc> {
 async fn start_children_and_wait_to_be_killed() {
     let Ok(ready) = std::env::var(READY_FILE) else { return };
     let cluster = EtcdCluster::start(1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let process = Process::serve(&["--state-dir", dir.path().to_str().unwrap()]);
+    let process = ServerBuilder::new().spawn();
     std::fs::write(ready, "ready").unwrap();
     // Killed long before this; if not, everything stops as it drops.
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -153,6 +152,5 @@ async fn a_cluster_start_that_fails_part_way_leaves_no_member_running() {
 #[test]
 #[should_panic(expected = "was still running after 2s; killed")]
 fn a_start_that_should_fail_but_runs_fails_its_test_within_the_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    serve_to_exit_within(&["--state-dir", dir.path().to_str().unwrap()], Duration::from_secs(2));
+    ServerBuilder::new().run_to_exit_within(Duration::from_secs(2));
 }
