@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::etcd::EtcdCluster;
-use common::{Process, assert_unique, next_id_eventually, run_binary, serial};
+use common::{Process, ServerBuilder, assert_unique, next_id_eventually, run_binary, serial};
 use snowmint::history::Record;
 use snowmint::layout::Parts;
 use snowmint::proto::{BatchIdsRequest, DecodeRequest, Provenance};
@@ -42,10 +42,10 @@ async fn a_hand_over_after_kill_9_is_on_record_and_audits_clean_until_edited() {
     let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let endpoints = cluster.endpoints();
-    let args = ["--etcd-endpoints", &endpoints, "--etcd-prefix", "/hist", "--lease-ttl", "2"];
+    let slot_7 = ServerBuilder::new().etcd(&endpoints, "/hist").args(["--lease-ttl", "2", "--preferred-worker-id", "7"]);
     let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/hist"];
 
-    let mut first = Process::serve(&[&args[..], &["--preferred-worker-id", "7"]].concat());
+    let mut first = slot_7.spawn();
     let first_ids = mint(&first, 5_000).await;
     let first_pid = first.pid() as u32;
     first.signal("KILL");
@@ -58,7 +58,7 @@ async fn a_hand_over_after_kill_9_is_on_record_and_audits_clean_until_edited() {
         assert!(gone.elapsed() < Duration::from_secs(20), "the killed holder's lease never expired");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let second = Process::serve(&[&args[..], &["--preferred-worker-id", "7"]].concat());
+    let second = slot_7.spawn();
     let second_ids = mint(&second, 5_000).await;
     let all: Vec<u64> = first_ids.iter().chain(&second_ids).copied().collect();
     assert_unique(&all);
@@ -107,17 +107,16 @@ async fn a_hand_over_after_kill_9_is_on_record_and_audits_clean_until_edited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_restarts_are_on_record_in_the_state_dir() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().to_str().unwrap();
-    let args = ["--worker-id", "3", "--state-dir", state];
+    let worker_3 = ServerBuilder::new().args(["--worker-id", "3"]);
+    let state = worker_3.state_path().to_str().unwrap();
     let flags = ["--state-dir", state];
 
-    let mut first = Process::serve(&args);
+    let mut first = worker_3.spawn();
     let first_ids = mint(&first, 2_000).await;
     let first_pid = first.pid() as u32;
     first.signal("KILL");
     first.wait(Duration::from_secs(10)).await;
-    let mut second = Process::serve(&args);
+    let mut second = worker_3.spawn();
     let second_ids = mint(&second, 2_000).await;
     let second_pid = second.pid() as u32;
     second.signal("TERM");
