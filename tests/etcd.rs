@@ -13,11 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::EXIT_LIMIT;
 use common::etcd::{EtcdCluster, get};
 use common::{
-    Process, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually, serial,
-    serve_to_exit,
+    Process, ServerBuilder, assert_increasing, assert_unique, hammer, join_within, metric_value, next_id_eventually,
+    serial,
 };
 use snowmint::clock::{Clock, SystemClock};
 use snowmint::grant::Minted;
@@ -36,10 +35,7 @@ fn layout() -> Layout {
 
 /// `snowmint serve` in etcd mode with `extra` flags.
 fn serve(cluster: &EtcdCluster, prefix: &str, extra: &[&str]) -> Process {
-    let endpoints = cluster.endpoints();
-    let mut args = vec!["--etcd-endpoints", &endpoints, "--etcd-prefix", prefix, "--lease-ttl", "3"];
-    args.extend_from_slice(extra);
-    Process::serve(&args)
+    ServerBuilder::new().etcd(&cluster.endpoints(), prefix).args(["--lease-ttl", "3"]).args(extra).spawn()
 }
 
 /// Mints a batch through `process` (waiting until it serves) and returns the IDs.
@@ -73,8 +69,8 @@ async fn instances_started_at_once_get_distinct_workers() {
         .map(|_| {
             let endpoints = endpoints.clone();
             std::thread::spawn(move || {
-                let args = ["--etcd-endpoints", &endpoints, "--etcd-prefix", "/many", "--lease-ttl", "3"];
-                Process::serve(&[&args[..], &["--preferred-worker-id", "0"]].concat())
+                let args = ["--lease-ttl", "3", "--preferred-worker-id", "0"];
+                ServerBuilder::new().etcd(&endpoints, "/many").args(args).spawn()
             })
         })
         .collect();
@@ -232,7 +228,7 @@ fn an_unreachable_etcd_stops_the_start_naming_the_endpoint() {
     let endpoint = format!("http://127.0.0.1:{}", common::etcd::free_port());
     let start = Instant::now();
     let (code, stderr) =
-        common::serve_to_exit_within(&["--etcd-endpoints", &endpoint, "--etcd-start-timeout-ms", "1500"], EXIT_LIMIT);
+        ServerBuilder::new().args(["--etcd-endpoints", &endpoint, "--etcd-start-timeout-ms", "1500"]).run_to_exit();
     let took = start.elapsed();
     assert_ne!(code, 0, "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
@@ -302,8 +298,7 @@ async fn every_slot_taken_exits_with_a_clear_line() {
     let mut all = mint(&a, 100).await;
     all.extend(mint(&b, 100).await);
     let endpoints = cluster.endpoints();
-    let (code, stderr) =
-        serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/full", "--worker-bits", "1"]);
+    let (code, stderr) = ServerBuilder::new().etcd(&endpoints, "/full").args(["--worker-bits", "1"]).run_to_exit();
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.contains("/full/workers/") && last.contains("2 slots"), "{stderr}");
@@ -318,7 +313,7 @@ async fn a_different_layout_is_refused() {
     mint(&a, 10).await;
     let endpoints = cluster.endpoints();
     let (code, stderr) =
-        serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/layout", "--sequence-bits", "11"]);
+        ServerBuilder::new().etcd(&endpoints, "/layout").args(["--sequence-bits", "11"]).run_to_exit();
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.contains("layout mismatch") && last.contains("/layout/layout"), "{stderr}");
@@ -367,8 +362,8 @@ async fn tls_with_client_certificates() {
     mint(&a, 1_000).await;
 
     // Without a client certificate etcd refuses the connection, and the start says so.
-    let (code, stderr) =
-        serve_to_exit(&["--etcd-endpoints", &endpoints, "--etcd-ca", ca_path, "--etcd-start-timeout-ms", "2000"]);
+    let args = ["--etcd-endpoints", &endpoints, "--etcd-ca", ca_path, "--etcd-start-timeout-ms", "2000"];
+    let (code, stderr) = ServerBuilder::new().args(args).run_to_exit();
     assert_ne!(code, 0);
     assert!(stderr.lines().last().unwrap().contains("cannot reach etcd"), "{stderr}");
 }
@@ -385,31 +380,27 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     let base = ["--etcd-endpoints", &endpoints, "--etcd-start-timeout-ms", "2000"];
 
     // The password comes from SNOWMINT_ETCD_PASSWORD, never a flag.
-    let mut command = std::process::Command::new(common::binary());
-    command.env("SNOWMINT_ETCD_PASSWORD", "s3cret-root").env("SNOWMINT_ETCD_USER", "root");
-    let mut process = Process::serve_with(command, &["--etcd-endpoints", &endpoints, "--lease-ttl", "3"]);
+    let mut process = ServerBuilder::new()
+        .env("SNOWMINT_ETCD_PASSWORD", "s3cret-root")
+        .env("SNOWMINT_ETCD_USER", "root")
+        .args(["--etcd-endpoints", &endpoints, "--lease-ttl", "3"])
+        .spawn();
     mint(&process, 1_000).await;
     process.signal("TERM");
     assert!(process.wait(Duration::from_secs(10)).await.success());
     let logs = process.drain_logs().join("\n");
     assert!(!logs.contains("s3cret-root"), "the password reached a log line");
 
-    let (code, stderr) = serve_to_exit(&[&base[..], &["--etcd-user", "root"]].concat());
+    let (code, stderr) = ServerBuilder::new().args(base).args(["--etcd-user", "root"]).run_to_exit();
     assert_ne!(code, 0);
     assert!(stderr.contains("SNOWMINT_ETCD_PASSWORD"), "{stderr}");
-    let (code, stderr) = serve_to_exit(&[&base[..], &["--etcd-password", "x"]].concat());
+    let (code, stderr) = ServerBuilder::new().args(base).args(["--etcd-password", "x"]).run_to_exit();
     assert_ne!(code, 0, "there is no password flag");
     assert!(stderr.contains("--etcd-password"), "{stderr}");
 
-    let mut command = std::process::Command::new(common::binary());
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .args(base)
-        .args(["--etcd-user", "root"])
-        .env("SNOWMINT_ETCD_PASSWORD", "wrong");
-    let output = common::output_within(command, common::EXIT_LIMIT);
-    assert_ne!(output.code, 0);
-    let stderr = output.stderr;
+    let (code, stderr) =
+        ServerBuilder::new().args(base).args(["--etcd-user", "root"]).env("SNOWMINT_ETCD_PASSWORD", "wrong").run_to_exit();
+    assert_ne!(code, 0);
     assert!(stderr.lines().last().unwrap().contains("authentication failed"), "{stderr}");
     assert!(!stderr.contains("wrong"), "{stderr}");
 }
@@ -470,18 +461,15 @@ async fn an_absurd_reservation_in_etcd_stops_the_start_naming_the_key() {
     let absurd = r#"{"reserved_until_ms":9223372036854775000,"reserved_until":"?"}"#;
     etcd.put(key, absurd, None).await.unwrap();
     let endpoints = cluster.endpoints();
-    let (code, stderr) = serve_to_exit(&[
-        "--etcd-endpoints",
-        &endpoints,
-        "--etcd-prefix",
-        "/absurd",
+    let (code, stderr) = ServerBuilder::new().etcd(&endpoints, "/absurd").args([
         "--preferred-worker-id",
         "0",
         "--worker-bits",
         "1",
         "--sequence-bits",
         "12",
-    ]);
+    ])
+    .run_to_exit();
     assert_ne!(code, 0);
     let line = stderr.lines().last().unwrap_or_default();
     assert!(line.contains(key) && line.contains("outside the layout's time range"), "{stderr}");
