@@ -19,7 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::{HammerLog, Process, assert_increasing, hammer_into, http_get, metric_value, next_id_eventually, serial};
+use common::{
+    HammerLog, Process, ServerBuilder, assert_increasing, hammer_into, http_get, metric_value, next_id_eventually,
+    serial,
+};
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType, CompactionOptions, PutOptions};
 
 const MIB: u64 = 1 << 20;
@@ -29,11 +32,8 @@ const PACE: Duration = Duration::from_millis(5);
 
 /// `snowmint serve` in etcd mode with short reservation windows and `extra` flags.
 fn serve(cluster: &EtcdCluster, prefix: &str, extra: &[&str]) -> Process {
-    let endpoints = cluster.endpoints();
-    let mut args = vec!["--etcd-endpoints", &endpoints, "--etcd-prefix", prefix];
-    args.extend(["--lease-ttl", "3", "--reservation-window-ms", "300"]);
-    args.extend_from_slice(extra);
-    Process::serve(&args)
+    let short = ["--lease-ttl", "3", "--reservation-window-ms", "300"];
+    ServerBuilder::new().etcd(&cluster.endpoints(), prefix).args(short).args(extra).spawn()
 }
 
 /// One instance with its hammering client, which keeps every ID it is given.
@@ -302,8 +302,8 @@ async fn nospace_is_named_in_refusals_and_minting_resumes_once_it_is_cleared() {
     for prefix in ["/nospace", "/nospace-new"] {
         let endpoints = cluster.endpoints();
         let start = tokio::task::spawn_blocking(move || {
-            let args = ["--etcd-endpoints", &endpoints, "--etcd-prefix", prefix, "--etcd-start-timeout-ms", "2000"];
-            common::serve_to_exit_within(&args, Duration::from_secs(30))
+            let server = ServerBuilder::new().etcd(&endpoints, prefix).args(["--etcd-start-timeout-ms", "2000"]);
+            server.run_to_exit_within(Duration::from_secs(30))
         });
         let (code, stderr) = start.await.unwrap();
         assert_ne!(code, 0, "an instance started on {prefix} during NOSPACE: {stderr}");
