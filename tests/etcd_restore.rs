@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
 use common::fleet::{self, Fleet};
-use common::{Process, http_get, serial};
+use common::{Process, ServerBuilder, http_get, serial};
 
 /// The revision etcd is at.
 async fn revision(client: &mut etcd_client::Client) -> i64 {
@@ -28,14 +28,7 @@ async fn an_idle_fleet_writes_nothing_and_answers_at_once() {
     let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let endpoints = cluster.endpoints();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let processes: Vec<Process> = dirs
-        .iter()
-        .map(|dir| {
-            let state = dir.path().display().to_string();
-            Process::serve(&["--etcd-endpoints", &endpoints, "--etcd-prefix", "/idle", "--state-dir", &state])
-        })
-        .collect();
+    let processes: Vec<Process> = (0..3).map(|_| ServerBuilder::new().etcd(&endpoints, "/idle").spawn()).collect();
     let mut client = cluster.client().await;
     // Past the idle time (10 s of nothing minted) the instances write no more.
     tokio::time::sleep(Duration::from_secs(11)).await;
