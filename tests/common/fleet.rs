@@ -12,10 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::etcd::EtcdCluster;
-use super::server::libfaketime;
-use super::{
-    EXIT_LIMIT, HammerLog, Process, assert_increasing, binary, hammer_into, http_get, metric_value, output_within,
-};
+use super::{HammerLog, Process, ServerBuilder, assert_increasing, hammer_into, http_get, metric_value};
 use snowmint::layout::Layout;
 
 /// The pause between a hammer's calls: enough load to exercise every path, few enough IDs
@@ -74,49 +71,28 @@ impl Node {
         self
     }
 
-    fn command(&self) -> Command {
-        let mut command = match &self.hostname {
-            None => Command::new(binary()),
-            Some(hostname) => {
-                // unshare and sh exec in turn, so the child's pid is snowmint's own.
-                let mut command = Command::new("unshare");
-                command.args(["--uts", "--", "sh", "-c", "hostname \"$0\" && exec \"$@\"", hostname]);
-                command.arg(binary());
-                command
+    /// The node's server: its mode, its clock, its hostname, its flags and `extra`.
+    fn server(&self, extra: &[&str]) -> ServerBuilder {
+        let server = match &self.mode {
+            Mode::Etcd { endpoints, prefix } => ServerBuilder::new().etcd(endpoints, prefix).state_dir(&self.local_dir),
+            Mode::Standalone { state_dir, worker_id } => {
+                ServerBuilder::new().state_dir(state_dir).args(["--worker-id", &worker_id.to_string()])
             }
         };
-        command
-            .env("LD_PRELOAD", libfaketime())
-            .env("FAKETIME_TIMESTAMP_FILE", &self.clock_file)
-            .env("FAKETIME_NO_CACHE", "1")
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            .env_remove("FAKETIME");
-        command
-    }
-
-    fn args(&self, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = match &self.mode {
-            Mode::Etcd { endpoints, prefix } => vec![
-                "--etcd-endpoints".into(),
-                endpoints.clone(),
-                "--etcd-prefix".into(),
-                prefix.clone(),
-                "--state-dir".into(),
-                self.local_dir.display().to_string(),
-            ],
-            Mode::Standalone { state_dir, worker_id } => {
-                vec!["--state-dir".into(), state_dir.display().to_string(), "--worker-id".into(), worker_id.to_string()]
-            }
+        let server = server.faketime(&self.clock_file);
+        let server = match &self.hostname {
+            Some(hostname) => server.hostname(hostname),
+            None => server,
         };
         // Strict policy: steps back up to 50 ms are waited out, so a small step is one
         // whatever the timing of the calls around it.
         // Forward jumps above 500 ms are counted, so every jump the faults make (1 s or more)
         // is one.
-        args.extend(["--lease-ttl".into(), "3".into(), "--max-clock-back-ms".into(), "50".into()]);
-        args.extend(["--forward-jump-threshold-ms".into(), "500".into()]);
-        args.extend(self.extra.iter().cloned());
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
+        server
+            .args(["--lease-ttl", "3", "--max-clock-back-ms", "50"])
+            .args(["--forward-jump-threshold-ms", "500"])
+            .args(&self.extra)
+            .args(extra)
     }
 
     /// Starts the process and its hammer.
@@ -126,9 +102,7 @@ impl Node {
 
     pub fn start_with(&mut self, extra: &[&str]) {
         assert!(self.process.is_none(), "{} already running", self.name);
-        let args = self.args(extra);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let process = Process::serve_with(self.command(), &args);
+        let process = self.server(extra).spawn();
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(HammerLog::default()));
         let task = hammer_into(process.grpc, stop.clone(), log.clone(), PACE);
@@ -136,13 +110,10 @@ impl Node {
         self.process = Some(process);
     }
 
-    /// Runs the binary with this node's arguments to completion, at most [`EXIT_LIMIT`]:
+    /// Runs the binary with this node's arguments to completion, at most [`super::EXIT_LIMIT`]:
     /// (exit code, stderr).
     pub fn run_to_exit(&self, extra: &[&str]) -> (i32, String) {
-        let mut command = self.command();
-        command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(self.args(extra));
-        let output = output_within(command, EXIT_LIMIT);
-        (output.code, output.stderr)
+        self.server(extra).run_to_exit()
     }
 
     /// Stops the hammer and keeps its log.
@@ -810,9 +781,7 @@ pub async fn cold_start(fleet: &mut Fleet, n: usize) -> Outcome {
         .map(|mut node| {
             std::thread::spawn(move || {
                 // The processes start in parallel; hammers attach on the fleet's runtime.
-                let args = node.args(&[]);
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                node.process = Some(Process::serve_with(node.command(), &args));
+                node.process = Some(node.server(&[]).spawn());
                 node
             })
         })
