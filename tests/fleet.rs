@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::claims::{self, EtcdDb, Start};
 use common::etcd::EtcdCluster;
-use common::{serial, serve_to_exit_within};
+use common::{ServerBuilder, serial};
 use snowmint::clock::{Clock, SystemClock};
 use snowmint::layout::{DEFAULT_EPOCH_MS, Layout};
 
@@ -130,10 +130,7 @@ fn sizes(default: &[usize]) -> Vec<usize> {
 /// `snowmint serve` with `args`, expected to exit within `limit`: (exit code, stderr).
 async fn serve_to_exit(args: &[&str], limit: Duration) -> (i32, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        serve_to_exit_within(&args, limit)
-    })
+    tokio::task::spawn_blocking(move || ServerBuilder::new().args(args).run_to_exit_within(limit))
     .await
     .unwrap()
 }

@@ -37,7 +37,7 @@ use snowmint::store::{Reply, Request, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::etcd::EtcdCluster;
-use super::{Process, next_id_eventually, try_http_get};
+use super::{Process, ServerBuilder, next_id_eventually, try_http_get};
 
 /// Raises this process's soft limit of open files to at least `wanted` (and the hard limit
 /// with it, when allowed), so that many connections, and children started from here (etcd,
@@ -371,13 +371,9 @@ pub async fn start_processes(cluster: &EtcdCluster, prefix: &str, n: usize, extr
     let endpoints = cluster.endpoints();
     let threads: Vec<_> = (0..n)
         .map(|_| {
-            let mut args: Vec<String> =
-                ["--etcd-endpoints", &endpoints, "--etcd-prefix", prefix].iter().map(|s| s.to_string()).collect();
-            args.extend(extra.iter().map(|s| s.to_string()));
-            std::thread::spawn(move || {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Process::serve(&args)
-            })
+            let (endpoints, prefix) = (endpoints.clone(), prefix.to_string());
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            std::thread::spawn(move || ServerBuilder::new().etcd(&endpoints, &prefix).args(extra).spawn())
         })
         .collect();
     let processes: Vec<Process> = threads.into_iter().map(|t| t.join().expect("a process started")).collect();
