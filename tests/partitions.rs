@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use common::child::{Child, output_within};
 use common::fleet::longest_refusal;
 use common::netns::{self, Host, Net};
-use common::{HammerLog, Process, assert_increasing, binary, hammer_into, serial};
+use common::{HammerLog, Process, ServerBuilder, assert_increasing, binary, hammer_into, serial};
 
 /// The instance's lease TTL, seconds.
 const TTL: u64 = 3;
@@ -83,11 +83,11 @@ impl Cluster {
         }
         let endpoints = members.iter().map(|m| format!("http://{}:2379", m.ip)).collect::<Vec<_>>().join(",");
         let s0 = net.host("s0");
-        let mut command = s0.command(binary());
-        command.args(["serve", "--log-format", "json"]);
-        command.args(["--listen", &format!("{}:50051", s0.ip), "--admin-listen", &format!("{}:9464", s0.ip)]);
-        command.args(["--etcd-endpoints", &endpoints, "--lease-ttl", &TTL.to_string()]);
-        let instance = Process::listening(command);
+        let instance = ServerBuilder::new()
+            .through(s0.launcher())
+            .listen(&format!("{}:50051", s0.ip), &format!("{}:9464", s0.ip))
+            .args(["--etcd-endpoints", &endpoints, "--lease-ttl", &TTL.to_string()])
+            .spawn();
         let log = Arc::new(Mutex::new(HammerLog::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let addr = instance.grpc;

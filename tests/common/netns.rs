@@ -57,9 +57,16 @@ impl Host {
     /// `program` to run in this host's namespace (`ip netns exec`, which execs it: the
     /// child's pid is the program's own).
     pub fn command(&self, program: impl Into<PathBuf>) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.ns]).arg(program.into());
+        let [ip, args @ ..] = self.launcher();
+        let mut command = Command::new(ip);
+        command.args(args).arg(program.into());
         command
+    }
+
+    /// What runs a program in this host's namespace, the program and its arguments after it
+    /// (as [`super::ServerBuilder::through`] takes it).
+    pub fn launcher(&self) -> [&str; 4] {
+        ["ip", "netns", "exec", &self.ns]
     }
 
     /// An nftables command in this host's namespace (`nft` and its arguments).
