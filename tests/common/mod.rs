@@ -28,7 +28,7 @@ use tonic::transport::Channel;
 pub use child::{Child, Output, output_within};
 // Each test crate uses some of these, none all.
 #[allow(unused_imports)]
-pub use server::{Process, ServerBuilder, TestServer, config, serve_to_exit, serve_to_exit_within};
+pub use server::{Process, ServerBuilder, TestServer};
 
 /// The longest any call of a test's client may take: far beyond any call's expected time,
 /// so reaching it means something hangs.

@@ -218,10 +218,8 @@ impl ServerBuilder {
         if let Some(setting) = self.binary_only {
             panic!("{setting} is for the binary: spawn() the server rather than start() it");
         }
-        let (config, clock) = (self.config.clone(), self.clock.clone());
-        let mut server = TestServer::start(config, clock).await;
-        server.held = Some((self.dir.clone(), self.state_dir.clone()));
-        server
+        let held = (self.dir.clone(), self.state_dir.clone());
+        TestServer::start(self.config.clone(), self.clock.clone(), held).await
     }
 
     /// Starts the server in this process on a manual clock standing at this host's wall time
@@ -294,7 +292,7 @@ pub fn libfaketime() -> PathBuf {
 }
 
 /// The default configuration of a server in this process, with its state in `state_dir`.
-pub fn config(state_dir: &Path) -> ServeConfig {
+fn config(state_dir: &Path) -> ServeConfig {
     let layout = Layout::default_snowmint();
     ServeConfig {
         worker: WorkerConfig::Standalone(StandaloneConfig {
@@ -329,19 +327,20 @@ pub struct TestServer {
     pub shutdown: CancellationToken,
     task: Option<tokio::task::JoinHandle<Result<(), snowmint::server::ServeError>>>,
     /// The builder's temp dir, held while the server runs, and the state dir.
-    held: Option<(Arc<TempDir>, PathBuf)>,
+    held: (Arc<TempDir>, PathBuf),
 }
 
 impl TestServer {
-    /// Starts a server with `config` and `clock` on loopback ports the OS picks.
-    pub async fn start(config: ServeConfig, clock: Arc<dyn Clock>) -> TestServer {
+    /// Starts a server with `config` and `clock` on loopback ports the OS picks, holding
+    /// `held`.
+    async fn start(config: ServeConfig, clock: Arc<dyn Clock>, held: (Arc<TempDir>, PathBuf)) -> TestServer {
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = grpc_listener.local_addr().unwrap();
         let admin = admin_listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(snowmint::server::run(config, grpc_listener, admin_listener, clock, shutdown.clone()));
-        TestServer { grpc, admin, shutdown, task: Some(task), held: None }
+        TestServer { grpc, admin, shutdown, task: Some(task), held }
     }
 
     pub async fn client(&self) -> IdServiceClient<Channel> {
@@ -354,12 +353,12 @@ impl TestServer {
 
     /// The temp dir of the builder that started the server, for the test's own files.
     pub fn dir(&self) -> &Path {
-        self.held.as_ref().expect("started by a builder").0.path()
+        self.held.0.path()
     }
 
     /// Where the server keeps its state.
     pub fn state_path(&self) -> &Path {
-        &self.held.as_ref().expect("started by a builder").1
+        &self.held.1
     }
 
     /// Stops the server gracefully and waits for it to finish.
@@ -400,25 +399,12 @@ pub struct Process {
     pub logs: mpsc::Receiver<String>,
     /// Log lines before the listening line, not yet drained.
     early: Vec<String>,
-    /// The builder's temp dir and the state dir. Last, so the child is killed before the
-    /// dir can be removed.
+    /// The builder's temp dir and the state dir (none for a container). Last, so the child
+    /// is killed before the dir can be removed.
     held: Option<(Arc<TempDir>, PathBuf)>,
 }
 
 impl Process {
-    /// Starts `snowmint serve` with `args` on free loopback ports and waits until it listens.
-    pub fn serve(args: &[&str]) -> Process {
-        Process::serve_with(Command::new(binary()), args)
-    }
-
-    /// Like [`Process::serve`], with a prepared command (environment, wrapper).
-    pub fn serve_with(mut command: Command, args: &[&str]) -> Process {
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(args);
-        Process::listening(command)
-    }
-
     /// Starts `command`, a complete `snowmint serve --log-format json ...` (or a container
     /// that runs one), and waits until it listens.
     pub fn listening(mut command: Command) -> Process {
@@ -464,7 +450,7 @@ impl Process {
 
     /// Where the process keeps its state.
     pub fn state_path(&self) -> &Path {
-        &self.held.as_ref().expect("started by a builder").1
+        &self.held.as_ref().expect("a process started by a builder").1
     }
 
     /// Sends the signal named as `kill -s` takes it (`TERM`, `KILL`, `STOP`, ...).
@@ -519,18 +505,4 @@ impl Process {
     pub async fn metric(&self, series: &str) -> f64 {
         metric_value(&http_get(self.admin, "/metrics").await.1, series)
     }
-}
-
-/// Runs `snowmint serve` on loopback ports with `args`, expecting it to exit (a start that
-/// fails) within `limit`: (exit code, stderr). A start that runs instead fails the test.
-pub fn serve_to_exit_within(args: &[&str], limit: Duration) -> (i32, String) {
-    let mut command = Command::new(binary());
-    command.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).args(args);
-    let Output { code, stderr, .. } = output_within(command, limit);
-    (code, stderr)
-}
-
-/// [`serve_to_exit_within`] [`EXIT_LIMIT`].
-pub fn serve_to_exit(args: &[&str]) -> (i32, String) {
-    serve_to_exit_within(args, EXIT_LIMIT)
 }
