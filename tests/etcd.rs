@@ -312,8 +312,7 @@ async fn a_different_layout_is_refused() {
     let a = serve(&cluster, "/layout", &[]);
     mint(&a, 10).await;
     let endpoints = cluster.endpoints();
-    let (code, stderr) =
-        ServerBuilder::new().etcd(&endpoints, "/layout").args(["--sequence-bits", "11"]).run_to_exit();
+    let (code, stderr) = ServerBuilder::new().etcd(&endpoints, "/layout").args(["--sequence-bits", "11"]).run_to_exit();
     assert_ne!(code, 0);
     let last = stderr.lines().last().unwrap();
     assert!(last.contains("layout mismatch") && last.contains("/layout/layout"), "{stderr}");
@@ -398,8 +397,11 @@ async fn user_authentication_with_the_password_from_the_environment_only() {
     assert_ne!(code, 0, "there is no password flag");
     assert!(stderr.contains("--etcd-password"), "{stderr}");
 
-    let (code, stderr) =
-        ServerBuilder::new().args(base).args(["--etcd-user", "root"]).env("SNOWMINT_ETCD_PASSWORD", "wrong").run_to_exit();
+    let (code, stderr) = ServerBuilder::new()
+        .args(base)
+        .args(["--etcd-user", "root"])
+        .env("SNOWMINT_ETCD_PASSWORD", "wrong")
+        .run_to_exit();
     assert_ne!(code, 0);
     assert!(stderr.lines().last().unwrap().contains("authentication failed"), "{stderr}");
     assert!(!stderr.contains("wrong"), "{stderr}");
@@ -461,15 +463,10 @@ async fn an_absurd_reservation_in_etcd_stops_the_start_naming_the_key() {
     let absurd = r#"{"reserved_until_ms":9223372036854775000,"reserved_until":"?"}"#;
     etcd.put(key, absurd, None).await.unwrap();
     let endpoints = cluster.endpoints();
-    let (code, stderr) = ServerBuilder::new().etcd(&endpoints, "/absurd").args([
-        "--preferred-worker-id",
-        "0",
-        "--worker-bits",
-        "1",
-        "--sequence-bits",
-        "12",
-    ])
-    .run_to_exit();
+    let (code, stderr) = ServerBuilder::new()
+        .etcd(&endpoints, "/absurd")
+        .args(["--preferred-worker-id", "0", "--worker-bits", "1", "--sequence-bits", "12"])
+        .run_to_exit();
     assert_ne!(code, 0);
     let line = stderr.lines().last().unwrap_or_default();
     assert!(line.contains(key) && line.contains("outside the layout's time range"), "{stderr}");

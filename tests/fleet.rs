@@ -130,9 +130,7 @@ fn sizes(default: &[usize]) -> Vec<usize> {
 /// `snowmint serve` with `args`, expected to exit within `limit`: (exit code, stderr).
 async fn serve_to_exit(args: &[&str], limit: Duration) -> (i32, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || ServerBuilder::new().args(args).run_to_exit_within(limit))
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || ServerBuilder::new().args(args).run_to_exit_within(limit)).await.unwrap()
 }
 
 /// One line of figures for a start, per instance.

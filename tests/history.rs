@@ -42,7 +42,8 @@ async fn a_hand_over_after_kill_9_is_on_record_and_audits_clean_until_edited() {
     let _serial = serial().await;
     let cluster = EtcdCluster::start(1).await;
     let endpoints = cluster.endpoints();
-    let slot_7 = ServerBuilder::new().etcd(&endpoints, "/hist").args(["--lease-ttl", "2", "--preferred-worker-id", "7"]);
+    let slot_7 =
+        ServerBuilder::new().etcd(&endpoints, "/hist").args(["--lease-ttl", "2", "--preferred-worker-id", "7"]);
     let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/hist"];
 
     let mut first = slot_7.spawn();
