@@ -393,12 +393,11 @@ async fn every_call_is_counted_by_its_final_code_even_when_no_handler_sees_it() 
 /// the limit with `DEADLINE_EXCEEDED` on all three, and counted so.
 #[tokio::test]
 async fn one_timeout_rule_gives_one_outcome_on_every_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(SystemClock::new().wall_ms());
-    let mut config = config(dir.path());
-    config.limits.request_timeout = Duration::from_millis(300);
-    config.max_clock_drift = Duration::ZERO;
-    let server = TestServer::start(config, Arc::new(clock.clone())).await;
+    let (server, clock) = ServerBuilder::new()
+        .strict()
+        .config(|c| c.limits.request_timeout = Duration::from_millis(300))
+        .start_on_manual_clock()
+        .await;
     let mut client = server.client().await;
     client.next_id(NextIdRequest::default()).await.unwrap();
 
