@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// A source of wall and monotonic time.
+/// A source of wall time and boot time.
 pub trait Clock: Send + Sync + 'static {
     /// Wall time, in microseconds since the Unix epoch. May go backward.
     fn wall_us(&self) -> i64;
@@ -20,13 +20,13 @@ pub trait Clock: Send + Sync + 'static {
         self.wall_us().div_euclid(1000)
     }
     /// Time since an arbitrary fixed origin, counting suspend. Never goes backward.
-    fn monotonic(&self) -> Duration;
-    /// Like [`Clock::monotonic`], but stopped while the machine is suspended. Only a planted
+    fn boot_time(&self) -> Duration;
+    /// Like [`Clock::boot_time`], but stopped while the machine is suspended. Only a planted
     /// defect measures deadlines on it; it exists so the simulator can tell the two apart.
     fn awake(&self) -> Duration {
-        self.monotonic()
+        self.boot_time()
     }
-    /// Where [`Clock::monotonic`]'s origin lies on the host's own boot-time clock, for what
+    /// Where [`Clock::boot_time`]'s origin lies on the host's own boot-time clock, for what
     /// outlives the process (the clock filter's memory): `None` for a clock with no host
     /// behind it (tests), whose readings mean nothing to a later process.
     fn host_boot_origin(&self) -> Option<Duration> {
@@ -41,8 +41,8 @@ pub struct SystemClock {
     boot_origin: Duration,
 }
 
-/// `CLOCK_BOOTTIME` on Linux (monotonic, counting suspend); `CLOCK_MONOTONIC` elsewhere.
-fn boot_time() -> Duration {
+/// Reads `CLOCK_BOOTTIME` on Linux (never back, counting suspend); `CLOCK_MONOTONIC` elsewhere.
+fn read_boot_clock() -> Duration {
     #[cfg(target_os = "linux")]
     let id = libc::CLOCK_BOOTTIME;
     #[cfg(not(target_os = "linux"))]
@@ -56,7 +56,7 @@ fn boot_time() -> Duration {
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        SystemClock { origin: Instant::now(), boot_origin: boot_time() }
+        SystemClock { origin: Instant::now(), boot_origin: read_boot_clock() }
     }
 }
 
@@ -74,8 +74,8 @@ impl Clock for SystemClock {
         }
     }
 
-    fn monotonic(&self) -> Duration {
-        boot_time().saturating_sub(self.boot_origin)
+    fn boot_time(&self) -> Duration {
+        read_boot_clock().saturating_sub(self.boot_origin)
     }
 
     fn awake(&self) -> Duration {
@@ -148,12 +148,12 @@ impl Clock for ManualClock {
         self.wall_us.load(Ordering::SeqCst)
     }
 
-    fn monotonic(&self) -> Duration {
+    fn boot_time(&self) -> Duration {
         self.origin.elapsed() + Duration::from_nanos(self.offset_ns.load(Ordering::SeqCst))
     }
 
     fn awake(&self) -> Duration {
-        self.monotonic() - Duration::from_nanos(self.suspended_ns.load(Ordering::SeqCst))
+        self.boot_time() - Duration::from_nanos(self.suspended_ns.load(Ordering::SeqCst))
     }
 }
 
@@ -166,11 +166,11 @@ mod tests {
         let clock = ManualClock::new(1_000);
         clock.advance(Duration::from_millis(5));
         assert_eq!(clock.wall_ms(), 1_005);
-        assert!(clock.monotonic() >= Duration::from_millis(5));
-        let boot = clock.monotonic();
+        assert!(clock.boot_time() >= Duration::from_millis(5));
+        let boot = clock.boot_time();
         clock.step_wall(-100);
         assert_eq!(clock.wall_ms(), 905);
-        assert!(clock.monotonic() < boot + Duration::from_millis(50), "a wall step moved boot time");
+        assert!(clock.boot_time() < boot + Duration::from_millis(50), "a wall step moved boot time");
         let shared = clock.clone();
         shared.set_wall(7);
         assert_eq!(clock.wall_ms(), 7);
@@ -183,9 +183,9 @@ mod tests {
         let clock = ManualClock::new(1_000);
         clock.advance(Duration::from_secs(1));
         clock.suspend(Duration::from_secs(30));
-        assert!(clock.monotonic() >= Duration::from_secs(31));
+        assert!(clock.boot_time() >= Duration::from_secs(31));
         let awake = clock.awake();
-        let slept = clock.monotonic() - awake;
+        let slept = clock.boot_time() - awake;
         assert!(slept >= Duration::from_secs(30) && slept < Duration::from_millis(30_100), "{slept:?}");
         assert_eq!(clock.wall_ms(), 31_000 + 1_000);
     }
@@ -196,18 +196,18 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn system_clock_measures_deadlines_on_boot_time() {
         let clock = SystemClock::new();
-        let before = boot_time();
-        let reading = clock.monotonic() + clock.boot_origin;
-        let after = boot_time();
+        let before = read_boot_clock();
+        let reading = clock.boot_time() + clock.boot_origin;
+        let after = read_boot_clock();
         assert!(before <= reading && reading <= after, "{before:?} <= {reading:?} <= {after:?}");
     }
 
     #[test]
-    fn system_clock_is_after_2020_and_monotonic() {
+    fn system_clock_is_after_2020_and_its_boot_time_never_goes_back() {
         let clock = SystemClock::new();
         assert!(clock.wall_ms() > 1_577_836_800_000);
-        let a = clock.monotonic();
-        let b = clock.monotonic();
+        let a = clock.boot_time();
+        let b = clock.boot_time();
         assert!(b >= a);
     }
 }

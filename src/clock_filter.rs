@@ -56,7 +56,7 @@ impl ClockFilter {
     /// A filter that starts from what an earlier process on this host knew: `high_offset_us`,
     /// the highest offset of the wall clock over the boot-time clock it accepted (measured on
     /// this filter's boot time). Without it, a restart in the middle of a jump would take the
-    /// jumped clock as its first reading, and so as the truth (issue 24, finding 7); with it,
+    /// jumped clock as its first reading, and so as the truth; with it,
     /// the jump is one still to be confirmed, and the correction of a clock that was behind at
     /// the restart is no jump at all.
     pub fn seeded(threshold: Duration, confirm: Duration, high_offset_us: i64) -> ClockFilter {
@@ -119,7 +119,7 @@ impl FilteredClock {
 impl Clock for FilteredClock {
     fn wall_us(&self) -> i64 {
         let wall = self.inner.wall_us();
-        let boot = self.inner.monotonic();
+        let boot = self.inner.boot_time();
         let (filtered, event) = self.filter.lock().expect("clock filter lock").filter(wall, boot);
         if let Some(event) = event {
             (self.on_jump)(event);
@@ -127,8 +127,8 @@ impl Clock for FilteredClock {
         filtered
     }
 
-    fn monotonic(&self) -> Duration {
-        self.inner.monotonic()
+    fn boot_time(&self) -> Duration {
+        self.inner.boot_time()
     }
 
     fn awake(&self) -> Duration {
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(event, Some(JumpEvent::Seen { ahead_ms: 7_000 }));
     }
 
-    /// Issue 24, finding 7: a process started while the wall clock is jumped ahead, seeded
+    /// A process started while the wall clock is jumped ahead, seeded
     /// with what the one before it knew, does not take the jump as the truth: time goes on
     /// with the boot clock from before the jump until the jump has lasted the window.
     #[test]
@@ -217,9 +217,8 @@ mod tests {
     }
 
     /// A process restarted with the clock behind, then corrected: the correction returns to
-    /// where the clock was before the restart, so it is followed at once (issue 24, finding
-    /// 11: without the memory it was a jump, and minting lagged real time by the step for
-    /// the confirmation window).
+    /// where the clock was before the restart, so it is followed at once (without the memory
+    /// it was a jump, and minting lagged real time by the step for the confirmation window).
     #[test]
     fn the_correction_of_a_clock_behind_at_a_restart_is_no_jump() {
         let mut after = ClockFilter::seeded(secs(1.0), secs(10.0), 100 * S);

@@ -3,7 +3,7 @@
 //! The forward-jump filter ([`crate::clock_filter`]) judges each reading against what it
 //! accepted before. A new process has accepted nothing, so it would take a jumped clock as
 //! its first reading and follow it at once: a restart in the middle of a jump would drag the
-//! minting time and the reservations ahead (issue 24, finding 7). So the filter's reference,
+//! minting time and the reservations ahead. So the filter's reference,
 //! the highest offset of the wall clock over the host's boot-time clock, is written to a small
 //! file in the state directory, and a later process of the same boot (the kernel's
 //! `boot_id`) starts from it. After a reboot the boot-time clock starts again and the offset

@@ -20,17 +20,17 @@ pub enum Defect {
     /// The final reservation shrunk even when what the minter minted is unknown, to the last
     /// progress it reported.
     ShrinkOnUnknown,
-    /// Reservation writes without the compare on the version they replace (finding 4).
+    /// Reservation writes without the compare on the version they replace.
     WriteWithoutVersionCheck,
     /// The lease deadline measured on a clock that stops while the machine is suspended.
     DeadlineOnSuspendingClock,
-    /// A claim that already carries this session's lease treated as lost (finding 2).
+    /// A claim that already carries this session's lease treated as lost.
     ClaimNotIdempotent,
     /// A resumed claim given the floor of the first claim that wrote the slot in this
-    /// process, not of the claim it continues (finding 1 of the second reading).
+    /// process, not of the claim it continues.
     ResumeWithOlderFloor,
     /// A state-file write that stalled past its call timeout lands after the write that
-    /// followed it, recording its older, lower reservation (issue 24, finding 2). Planted in
+    /// followed it, recording its older, lower reservation. Planted in
     /// the simulator's disk model, which mirrors `StateFile::write`'s rule: the production
     /// check runs on a blocking thread, out of reach of a per-thread switch.
     StaleWriteLandsLate,

@@ -50,9 +50,9 @@ pub struct Grant {
     /// In ascending worker order; never empty.
     pub slots: Vec<SlotGrant>,
     /// Changes whenever the set of claims changes (a slot taken, lost or re-claimed), never
-    /// for a mere extension or renewal. A response is filled under one epoch only.
-    pub epoch: u64,
-    /// The boot-time instant ([`crate::clock::Clock::monotonic`]) past which the lease may
+    /// for a mere extension or renewal. A response is filled under one generation only.
+    pub generation: u64,
+    /// The boot-time instant ([`crate::clock::Clock::boot_time`]) past which the lease may
     /// have expired; `None` when the claim cannot expire (a local state file).
     pub deadline: Option<Duration>,
     /// The keeper extends the reservations only when the minter asks: nothing was minted

@@ -178,7 +178,7 @@ const CLOCK_MEMORY_EVERY: Duration = Duration::from_secs(1);
 /// Keeps the clock filter's reference in `memory` at once, then whenever it moved, until
 /// `shutdown`, and once more then. At once: a process killed within its first second would
 /// otherwise leave nothing, and its restart with the clock behind would take that clock as
-/// its reference and the correction as a jump (issue 24, finding 11). A failed write is
+/// its reference and the correction as a jump. A failed write is
 /// logged once and tried again later: the memory is a hint, never a condition for minting.
 async fn keep_clock_memory(clock: Arc<FilteredClock>, memory: ClockMemory, shutdown: CancellationToken) {
     let mut saved: Option<i64> = None;

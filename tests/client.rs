@@ -434,7 +434,7 @@ async fn a_callers_deadline_holds_behind_a_full_queue() {
 
 /// A buffered client sends nothing until it is first used, and a process that uses 10 IDs a
 /// second makes the server mint a small multiple of that, not a batch per `max_age`
-/// (issue 30, finding 1).
+///.
 #[tokio::test]
 async fn a_buffer_refills_at_the_rate_of_use() {
     let server = ServerBuilder::new().start().await;

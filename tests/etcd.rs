@@ -493,7 +493,7 @@ async fn workers_held(client: &mut etcd_client::Client, prefix: &str) -> i64 {
     client.get(format!("{prefix}/workers/"), Some(options)).await.unwrap().count()
 }
 
-/// Issue 24, finding 4: one instance holds every slot the default 10-bit worker field has
+/// One instance holds every slot the default 10-bit worker field has
 /// (`--slots 1024`), against an etcd with its default limit of 128 operations per
 /// transaction. It starts, mints on every slot, extends every reservation, and on SIGTERM
 /// saves each slot's final reservation and frees every slot. (One sequence bit, so that one
@@ -571,8 +571,8 @@ impl Clock for OffsetClock {
         self.system.wall_us() + self.offset_ms.load(Ordering::Relaxed) * 1_000
     }
 
-    fn monotonic(&self) -> Duration {
-        self.system.monotonic()
+    fn boot_time(&self) -> Duration {
+        self.system.boot_time()
     }
 }
 
@@ -607,7 +607,7 @@ async fn start_keeper(
     keeper::start(store, keeper_config, driver).await.map_err(|e| e.to_string())
 }
 
-/// Issue 24, finding 5, against the real etcd: the fleet's clock check counts each instance
+/// Against the real etcd: the fleet's clock check counts each instance
 /// once. One instance holds 40 slots and its clock then goes an hour ahead, beside three
 /// instances of one slot each, all minting: a healthy newcomer starts (by slot the 40 would
 /// outvote the three), and a newcomer an hour ahead, as the 40, does not pass itself.

@@ -51,7 +51,7 @@ async fn etcd_leader_killed_members_paused_and_a_cold_start() {
     fleet.stop().await;
 }
 
-/// Issue 24, finding 11, as the soak met it on an etcd node: a kill -9 moments after a start,
+/// What the soak met on an etcd node (seed 99173): a kill -9 moments after a start,
 /// a restart with the clock 2 s behind, its correction, then a 12 s step back (bound 10 s).
 /// The killed process had not kept the clock filter's reference yet (it did so a second
 /// after its start): the restart took the clock behind as its reference, the correction as
@@ -77,7 +77,7 @@ async fn standalone_clock_kills_and_broken_state_files() {
     let mut fleet = Fleet::standalone(&[]).await;
     fleet::kill_and_restart(&mut fleet, 0, 0.0).await;
     fleet::kill_and_restart(&mut fleet, 0, 2.0).await;
-    // Issue 24, finding 11: a restart with the clock behind, its correction, then a step back
+    // A restart with the clock behind, its correction, then a step back
     // beyond the bound at once: the correction is no jump, so minting does not lag real time
     // and the step back is refused as every other is.
     fleet::clock_large_step_back(&mut fleet, 0, 12.0, 10.0).await;

@@ -220,8 +220,8 @@ impl Clock for StallingClock {
         self.inner.wall_us()
     }
 
-    fn monotonic(&self) -> Duration {
-        self.inner.monotonic()
+    fn boot_time(&self) -> Duration {
+        self.inner.boot_time()
     }
 
     fn awake(&self) -> Duration {

@@ -351,7 +351,7 @@ mod tests {
         assert_eq!(report.hand_overs, 2);
     }
 
-    /// Finding 8 of the second reading: a first claim's window starts at its grant (not when
+    /// A first claim's window starts at its grant (not when
     /// the recorder got to it), and a claim that resumes takes over where this process
     /// stopped minting under the one it continues, so each ID names the claim it was minted
     /// under and the windows still never overlap.
@@ -435,7 +435,7 @@ mod tests {
         }
     }
 
-    /// Issue 24, finding 4: the start of an instance holding all 1,024 slots hands the
+    /// The start of an instance holding all 1,024 slots hands the
     /// recorder a claim per slot and a reservation write per 25 slots before it has written
     /// any of them: none is dropped.
     #[tokio::test]

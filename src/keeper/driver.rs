@@ -63,7 +63,7 @@ pub enum StartError {
 type Call = (u64, Request);
 
 fn now(clock: &dyn Clock) -> Now {
-    Now { wall_ms: clock.wall_ms(), boot: clock.monotonic() }
+    Now { wall_ms: clock.wall_ms(), boot: clock.boot_time() }
 }
 
 /// Runs `store` in a task of its own: each request gets at most `call_timeout`.
@@ -245,7 +245,7 @@ impl Driver {
         self.flush();
         let at = self.keeper.poll_timeout(now(&*self.clock));
         // With nothing to wait for, look again now and then anyway.
-        at.map_or(Duration::from_secs(1), |at| at.saturating_sub(self.clock.monotonic()))
+        at.map_or(Duration::from_secs(1), |at| at.saturating_sub(self.clock.boot_time()))
     }
 
     fn handle(&mut self, reply: Option<(u64, Reply)>) {

@@ -307,7 +307,7 @@ pub struct Keeper {
     retry_at: Option<Duration>,
     backoff: Duration,
     claims: u64,
-    epoch: u64,
+    generation: u64,
     published: Holding,
     holding_changed: bool,
     events: VecDeque<Event>,
@@ -400,7 +400,7 @@ impl Keeper {
             retry_at: None,
             backoff: FIRST_BACKOFF,
             claims: 0,
-            epoch: 0,
+            generation: 0,
             published: Holding::Unheld { reason: "no slot claimed yet".into() },
             holding_changed: false,
             events: VecDeque::new(),
@@ -1253,7 +1253,7 @@ impl Keeper {
         // minted on the slot since the claim that wrote it, so this claim continues that one,
         // above that claim's floor (which covers every other holder before it). Not the floor
         // of some older claim the minter saw: between the two, another holder may have minted
-        // (finding 1 of the second reading). This process's own IDs are kept apart by the
+        //. This process's own IDs are kept apart by the
         // generator's cursor, which only moves up.
         match own {
             Some(own) if own.version == version && version != Version::Absent => {
@@ -1348,7 +1348,7 @@ impl Keeper {
         }
     }
 
-    /// Raises the floor of every slot held (or about to be) to `until_ms`, under a new epoch
+    /// Raises the floor of every slot held (or about to be) to `until_ms`, under a new generation
     /// so that the minter takes it.
     fn fence_held(&mut self, until_ms: i64, reason: &str) {
         let mut regranted = false;
@@ -1363,7 +1363,7 @@ impl Keeper {
             self.events.push_back(Event::SlotFenced { slot: slot.id, until_ms, reason: reason.to_string() });
         }
         if regranted {
-            self.epoch += 1;
+            self.generation += 1;
             self.publish();
         }
     }
@@ -1421,7 +1421,7 @@ impl Keeper {
                 at_ms: now.wall_ms,
                 minted_ms: if slot.resumes { self.minted_on.get(&id).copied() } else { None },
             });
-            self.epoch += 1;
+            self.generation += 1;
         }
         self.publish();
     }
@@ -1510,7 +1510,7 @@ impl Keeper {
         let Some(index) = self.slots.iter().position(|s| s.id == id) else { return };
         let slot = self.slots.remove(index);
         if slot.phase == Phase::Granted {
-            self.epoch += 1;
+            self.generation += 1;
         }
         if reason != LossReason::Corrupt && !self.lost.contains(&id) {
             self.lost.push(id);
@@ -1555,7 +1555,7 @@ impl Keeper {
         } else {
             let deadline = self.session.as_ref().and_then(|s| s.deadline);
             let on_demand = self.slots.iter().filter(|s| s.phase == Phase::Granted).all(|s| s.idle_marked);
-            Holding::Held(Grant { slots: granted, epoch: self.epoch, deadline, on_demand })
+            Holding::Held(Grant { slots: granted, generation: self.generation, deadline, on_demand })
         };
         if holding != self.published {
             self.published = holding;
@@ -1716,7 +1716,7 @@ mod tests {
         assert_eq!(k.poll_timeout(at(130_000)), None);
     }
 
-    /// Finding 1: a keep-alive answered "lease not found" ends the session at once; the
+    /// A keep-alive answered "lease not found" ends the session at once; the
     /// slot is re-claimed without waiting for a reservation write to fail.
     #[test]
     fn a_renewal_that_finds_the_lease_gone_loses_the_slot_at_once() {
@@ -1733,7 +1733,7 @@ mod tests {
         assert!(matches!(next, Request::OpenSession { .. }), "{next:?}");
     }
 
-    /// Finding 2: a claim that committed with its reply lost is recognised by its lease on
+    /// A claim that committed with its reply lost is recognised by its lease on
     /// the next listing and adopted, never leaked.
     #[test]
     fn a_claim_whose_reply_was_lost_is_adopted_not_leaked() {
@@ -1861,7 +1861,7 @@ mod tests {
         assert!(now <= 2_000 + 3_000 + 500, "given back within a TTL of landing, at {now} ms");
     }
 
-    /// Finding 3: a stored reservation outside the layout's time range stops the start,
+    /// A stored reservation outside the layout's time range stops the start,
     /// naming where it lives, and nothing is written over it.
     #[test]
     fn an_absurd_stored_reservation_stops_the_start_and_is_never_written_over() {
@@ -1882,7 +1882,7 @@ mod tests {
         }
     }
 
-    /// Finding 9: the first renewal is timed from the lease grant, not from the end of a
+    /// The first renewal is timed from the lease grant, not from the end of a
     /// slow claim.
     #[test]
     fn the_first_renewal_is_timed_from_the_grant() {
@@ -1896,7 +1896,7 @@ mod tests {
         assert_eq!(next, Request::Renew { session: 77 });
     }
 
-    /// Finding 10: re-claiming the slot it just lost, finding its own last write untouched,
+    /// Re-claiming the slot it just lost, finding its own last write untouched,
     /// the keeper grants it as resuming: the minter goes on from its own last ID instead of
     /// waiting out its own reservation.
     #[test]
@@ -2127,7 +2127,7 @@ mod tests {
     /// took the slot and minted above this one's reservation, and the restore brought back
     /// the key, the lease and the old reservation (simulator seed 179619964557). Nothing in
     /// the restored store tells the two apart: the instance's own slots wait the fence out
-    /// too, under a new epoch so that the minter takes the raised floor.
+    /// too, under a new generation so that the minter takes the raised floor.
     #[test]
     fn a_store_gone_back_fences_the_instances_own_slots() {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
@@ -2138,7 +2138,7 @@ mod tests {
             reply: Box::new(Reply::Renewed { ttl: Duration::from_secs(3), fence: None }),
         });
         let after = granted(&mut k);
-        assert_ne!(after.epoch, before.epoch, "the minter must take the new floor");
+        assert_ne!(after.generation, before.generation, "the minter must take the new floor");
         assert_eq!(after.slots[0].floor_ms, Some(WALL + 1_000 + 53_000), "{after:?}");
         assert!(!after.slots[0].resumes);
         assert!(after.slots[0].fenced.as_deref().is_some_and(|r| r.contains("went back")), "{after:?}");
@@ -2158,7 +2158,7 @@ mod tests {
         let renewed = |fence: &Fence| Reply::Renewed { ttl: Duration::from_secs(3), fence: Some(fence.clone()) };
         exchange(&mut k, at(1_000), |_| renewed(&fence));
         let after = granted(&mut k);
-        assert_ne!(after.epoch, before.epoch, "the minter must take the new floor");
+        assert_ne!(after.generation, before.generation, "the minter must take the new floor");
         assert_eq!(after.slots[0].floor_ms, Some(WALL + 30_000), "{after:?}");
         assert!(after.slots[0].fenced.as_deref().is_some_and(|r| r.contains("went back")), "{after:?}");
         // The raised floor's reservation is written (and the slots counted).
@@ -2175,7 +2175,7 @@ mod tests {
         }
         let settled = granted(&mut k);
         exchange(&mut k, at(2_500), |_| renewed(&fence));
-        assert_eq!(granted(&mut k).epoch, settled.epoch, "a fence known already is no news");
+        assert_eq!(granted(&mut k).generation, settled.generation, "a fence known already is no news");
     }
 
     /// A claim whose floor stands far ahead of its clock (a fence) writes the floor as its
@@ -2291,7 +2291,7 @@ mod tests {
         );
     }
 
-    /// Finding 1 of the second reading: a claim that resumes carries the floor of the claim
+    /// A claim that resumes carries the floor of the claim
     /// whose write it found (claim 2's, above the other holder's range), not the reservation
     /// it wrote itself, and not the floor of an older claim.
     #[test]
@@ -2381,7 +2381,7 @@ mod tests {
         assert_eq!(next, Request::ListSlots { session: 77 });
     }
 
-    /// Issue 24, finding 5: the fleet's clock check counts each instance once, however many
+    /// The fleet's clock check counts each instance once, however many
     /// slots it holds. One instance an hour off holding 20 slots beside three instances of
     /// one slot each: a healthy instance starts (the one far off is one voice of four), and
     /// one an hour off (here: beside the 20 slots of its own earlier run, under another
@@ -2584,7 +2584,7 @@ mod tests {
         }
     }
 
-    /// Issue 24, finding 4: however many slots an instance holds (up to the 1,024 of ten
+    /// However many slots an instance holds (up to the 1,024 of ten
     /// worker bits), no request names more slots than one etcd transaction carries (128
     /// operations: a read takes one per slot, a write five), so the start, each extension and
     /// the final shrink go out as several requests, and every slot gets its turn in each.

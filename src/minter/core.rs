@@ -103,7 +103,7 @@ use std::time::Duration;
 
 use super::error::{MintError, Readiness};
 pub use super::fair::ConnectionKey;
-use super::fair::{FairQueue, Minted as Served, Served as Round};
+use super::fair::{FairQueue, Round, Turn};
 use crate::generator::{Blocked, Generator, RefuseReason, WaitReason, Window};
 use crate::grant::{Grant, Holding, Minted};
 use crate::layout::{Layout, LayoutError, rfc3339_ms};
@@ -147,8 +147,8 @@ pub struct Pending<R> {
     filled: Vec<u64>,
     /// A single ID, once minted.
     one: Option<u64>,
-    /// The grant epoch `filled` was minted under.
-    epoch: u64,
+    /// The grant generation `filled` was minted under.
+    generation: u64,
     reply: R,
 }
 
@@ -160,7 +160,7 @@ impl<R> Pending<R> {
             Ask::Many(n) => Vec::with_capacity(n),
             Ask::One => Vec::new(),
         };
-        Pending { ask, connection, asked, deadline, filled, one: None, epoch: 0, reply }
+        Pending { ask, connection, asked, deadline, filled, one: None, generation: 0, reply }
     }
 
     pub fn connection(&self) -> ConnectionKey {
@@ -275,8 +275,8 @@ pub struct MinterCore<R> {
     config: MinterConfig,
     metrics: Metrics,
     generator: Generator,
-    /// The epoch of the grant the generator's windows come from.
-    epoch: Option<u64>,
+    /// The generation of the grant the generator's windows come from.
+    generation: Option<u64>,
     pending: FairQueue<R>,
     /// Requests pushed since the last pass, which admits them into `pending` or refuses them
     /// with its clock reading.
@@ -325,7 +325,7 @@ impl<R: Responder> MinterCore<R> {
             config,
             metrics,
             generator,
-            epoch: None,
+            generation: None,
             arrived: Vec::new(),
             deadlines_from: Duration::MAX,
             replies,
@@ -495,24 +495,24 @@ impl<R: Responder> MinterCore<R> {
             let floor = slot.floor_ms.and_then(|ms| layout.tick_at(ms));
             windows.push(Window { worker: slot.worker_id.into(), floor, reserved });
         }
-        if self.epoch == Some(grant.epoch) {
+        if self.generation == Some(grant.generation) {
             for window in &windows {
                 self.generator.extend_reservation(window.worker, window.reserved);
             }
             return Ok(());
         }
         self.generator.set_windows(&windows);
-        self.epoch = Some(grant.epoch);
+        self.generation = Some(grant.generation);
         // Invariant 8: a batch half filled under the old claims is dropped, never continued.
         for request in self.pending.iter_mut() {
-            if request.epoch != grant.epoch {
+            if request.generation != grant.generation {
                 request.filled.clear();
                 request.one = None;
-                request.epoch = grant.epoch;
+                request.generation = grant.generation;
             }
         }
         let workers: Vec<u32> = grant.slots.iter().map(|s| s.worker_id).collect();
-        tracing::info!(?workers, epoch = grant.epoch, "minting for workers");
+        tracing::info!(?workers, generation = grant.generation, "minting for workers");
         Ok(())
     }
 
@@ -544,7 +544,7 @@ impl<R: Responder> MinterCore<R> {
             }
         };
 
-        let epoch = self.epoch.unwrap_or(0);
+        let generation = self.generation.unwrap_or(0);
         let mut minted = false;
         // Of each tick's IDs, a reserve is kept from large asks while small ones come, so a
         // small ask arriving after a bulk caller took its share of the tick is served at once.
@@ -565,15 +565,15 @@ impl<R: Responder> MinterCore<R> {
         let (replies, ids_issued) = (&self.replies, &self.metrics.ids_issued);
         let round = self.pending.serve(
             |request, budget| {
-                request.epoch = epoch;
+                request.generation = generation;
                 match request.ask {
                     Ask::One => match generator.next_id(tick) {
                         Ok(id) => {
                             request.one = Some(id);
                             *small_served = Some(tick);
-                            Served::Gave(1)
+                            Turn::Gave(1)
                         }
-                        Err(why) => Served::Blocked(0, why),
+                        Err(why) => Turn::Blocked(0, why),
                     },
                     Ask::Many(want) => {
                         let small = is_small(request.ask, reserve);
@@ -587,7 +587,7 @@ impl<R: Responder> MinterCore<R> {
                         if !small && reserve > 0 && reserving && !ahead {
                             let room = large_room.saturating_sub(*taken) as usize;
                             if room == 0 {
-                                return Served::Held;
+                                return Turn::Held;
                             }
                             budget = budget.min(room);
                         }
@@ -601,8 +601,8 @@ impl<R: Responder> MinterCore<R> {
                             *taken += gave as u64;
                         }
                         match result {
-                            Ok(()) => Served::Gave(gave),
-                            Err(why) => Served::Blocked(gave, why),
+                            Ok(()) => Turn::Gave(gave),
+                            Err(why) => Turn::Blocked(gave, why),
                         }
                     }
                 }
@@ -947,10 +947,17 @@ mod tests {
         Reading { wall_us: wall_ms * 1000, boot, awake: boot }
     }
 
-    fn holding(epoch: u64, worker_id: u32, floor_ms: Option<i64>, reserved_ms: i64, deadline_ms: u64) -> Holding {
+    fn holding(generation: u64, worker_id: u32, floor_ms: Option<i64>, reserved_ms: i64, deadline_ms: u64) -> Holding {
         Holding::Held(Grant {
-            slots: vec![SlotGrant { worker_id, claim: epoch, floor_ms, reserved_ms, resumes: false, fenced: None }],
-            epoch,
+            slots: vec![SlotGrant {
+                worker_id,
+                claim: generation,
+                floor_ms,
+                reserved_ms,
+                resumes: false,
+                fenced: None,
+            }],
+            generation,
             deadline: Some(Duration::from_millis(deadline_ms)),
             on_demand: false,
         })
@@ -1018,7 +1025,7 @@ mod tests {
         assert!(matches!(core.poll_readiness(), Some(Readiness::NotServing(MintError::ReservationBehind { .. }))));
     }
 
-    /// Finding 1 of the second reading: a claim that resumes is minted above the floor the
+    /// A claim that resumes is minted above the floor the
     /// keeper gives with it (the floor of the claim whose reservation it continues), never
     /// above the floor of an older claim this minter happened to see. Here the minter saw
     /// claim 1 (no floor) and missed claim 2, whose floor was the end of B's range (9,000);
@@ -1043,7 +1050,7 @@ mod tests {
                 resumes: true,
                 fenced: None,
             }],
-            epoch: 3,
+            generation: 3,
             deadline: Some(Duration::from_millis(20_000)),
             on_demand: false,
         });
@@ -1080,7 +1087,7 @@ mod tests {
                 resumes: true,
                 fenced: None,
             }],
-            epoch: 3,
+            generation: 3,
             deadline: Some(Duration::from_millis(5_000)),
             on_demand: false,
         });

@@ -40,7 +40,7 @@ struct Flow<R> {
 }
 
 /// What minting one request in its turn came to.
-pub enum Minted<B> {
+pub enum Turn<B> {
     /// This many IDs given (at most the budget); the request is answered when
     /// [`Pending::is_complete`] says so.
     Gave(usize),
@@ -53,7 +53,7 @@ pub enum Minted<B> {
 
 /// How a round of [`FairQueue::serve`] ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Served<B> {
+pub enum Round<B> {
     /// Nothing waits.
     Empty,
     /// Every connection still waiting is held until the next tick.
@@ -148,14 +148,14 @@ impl<R: Responder> FairQueue<R> {
     /// it has left.
     pub fn serve<B>(
         &mut self,
-        mut mint: impl FnMut(&mut Pending<R>, usize) -> Minted<B>,
+        mut mint: impl FnMut(&mut Pending<R>, usize) -> Turn<B>,
         mut done: impl FnMut(Pending<R>),
-    ) -> Served<B> {
+    ) -> Round<B> {
         // Connections held one after the other: once every one in the round is, stop.
         let mut held_in_a_row = 0;
         while let Some(&key) = self.order.front() {
             if held_in_a_row >= self.order.len() {
-                return Served::Held;
+                return Round::Held;
             }
             let flow = self.flows.get_mut(&key).expect("every connection in the round has a flow");
             if flow.credit == 0 {
@@ -172,12 +172,12 @@ impl<R: Responder> FairQueue<R> {
                     continue;
                 }
                 let gave = match mint(head, flow.credit) {
-                    Minted::Gave(gave) => gave,
-                    Minted::Blocked(gave, why) => {
+                    Turn::Gave(gave) => gave,
+                    Turn::Blocked(gave, why) => {
                         blocked = Some(why);
                         gave
                     }
-                    Minted::Held => {
+                    Turn::Held => {
                         held = true;
                         break;
                     }
@@ -201,9 +201,9 @@ impl<R: Responder> FairQueue<R> {
                 self.order.rotate_left(1);
             }
             if let Some(why) = blocked {
-                return Served::Blocked(why);
+                return Round::Blocked(why);
             }
         }
-        Served::Empty
+        Round::Empty
     }
 }

@@ -104,7 +104,7 @@ impl MintHandle {
             return Err(MintError::Overloaded { outstanding: before, limit: self.max_outstanding });
         }
         let wait = timeout.map_or(self.max_wait, |t| t.min(self.max_wait));
-        let asked = self.clock.monotonic();
+        let asked = self.clock.boot_time();
         let (reply, rx) = oneshot::channel();
         let request = Pending::new(ask, connection, asked, asked + wait, reply);
         self.hand_over(request, wait).await?;
@@ -184,7 +184,7 @@ pub fn spawn(
         links,
         readiness: readiness_tx,
         progress_sent: None,
-        epoch_seen: None,
+        generation_seen: None,
         sleepers,
         requests_open: true,
         holding_open: true,
@@ -200,8 +200,8 @@ struct Minter {
     readiness: watch::Sender<Readiness>,
     /// The minting time last reported to the keeper.
     progress_sent: Option<i64>,
-    /// The epoch of the last holding passed to the core.
-    epoch_seen: Option<u64>,
+    /// The generation of the last holding passed to the core.
+    generation_seen: Option<u64>,
     /// Blocking sleepers started (see [`MintHandle::sleepers_started`]).
     sleepers: Arc<AtomicU64>,
     /// Whether a [`MintHandle`] is left to send requests.
@@ -212,7 +212,7 @@ struct Minter {
 
 impl Minter {
     fn reading(&self) -> Reading {
-        Reading { wall_us: self.clock.wall_us(), boot: self.clock.monotonic(), awake: self.clock.awake() }
+        Reading { wall_us: self.clock.wall_us(), boot: self.clock.boot_time(), awake: self.clock.awake() }
     }
 
     fn pass(&mut self) -> Next {
@@ -222,12 +222,12 @@ impl Minter {
             let why = self.links.store_trouble.borrow_and_update().clone();
             self.core.set_store_trouble(why);
         }
-        let epoch = holding.grant().map(|g| g.epoch);
-        if epoch != self.epoch_seen {
+        let generation = holding.grant().map(|g| g.generation);
+        if generation != self.generation_seen {
             // The claims change: say how far each slot got before the generator takes the new
             // windows, so the history marks where one claim of a slot ends and the next one
             // of this process begins (a resumed claim) at the last ID minted, not 100 ms off.
-            self.epoch_seen = epoch;
+            self.generation_seen = generation;
             self.report_progress(true);
         }
         let next = self.core.pass(now, &holding);
@@ -267,13 +267,13 @@ impl Minter {
                 break;
             }
             let woken = match self.pass() {
-                Next::At(at) if self.core.has_pending() && at <= self.clock.monotonic() + PRECISE => {
+                Next::At(at) if self.core.has_pending() && at <= self.clock.boot_time() + PRECISE => {
                     // Less than a couple of timer granules away (the sequence ran out, or the
                     // clock is a hair behind): tokio's 1 ms timer would overshoot the tick
                     // boundary. Sleep most of the wait on a blocking thread (spinning all of
                     // it took more than a core at full load), and yield through the last
                     // stretch, to mint the moment the tick begins.
-                    let wait = at.saturating_sub(self.clock.monotonic());
+                    let wait = at.saturating_sub(self.clock.boot_time());
                     if wait <= SPIN {
                         tokio::task::yield_now().await;
                         continue;
@@ -345,7 +345,7 @@ impl Minter {
     /// Waits on tokio's timer until `at` (or without end), a request, a change of the
     /// holding, or the stop.
     async fn wait(&mut self, at: Option<Duration>, stop: &CancellationToken) -> Woken {
-        let sleep = at.map(|at| at.saturating_sub(self.clock.monotonic()));
+        let sleep = at.map(|at| at.saturating_sub(self.clock.boot_time()));
         tokio::select! {
             request = self.rx.recv(), if self.requests_open => Woken::Request(request),
             changed = self.links.holding.changed(), if self.holding_open => Woken::Holding(changed.is_ok()),
@@ -395,7 +395,7 @@ mod tests {
                 resumes: false,
                 fenced: None,
             }],
-            epoch: 1,
+            generation: 1,
             deadline: None,
             on_demand: false,
         });

@@ -209,7 +209,7 @@ fn a_claim_that_does_not_recognise_its_own_lease_is_caught() {
     caught(Defect::ClaimNotIdempotent);
 }
 
-/// Finding 1 of the second reading, put back. It shows only when a holder's middle claim
+/// The resumed-floor defect, put back. It shows only when a holder's middle claim
 /// mints nothing, loses its lease and resumes within one window of the other holder's write,
 /// its clock behind that holder's range: the schedules of the contended hand-over
 /// (`world::hand_over`, one seed in 16) take that path; drawn at random, none of 3,000 did.

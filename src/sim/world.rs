@@ -1137,7 +1137,7 @@ impl World {
             }
             // As the minter task does: the keeper hears of progress now and then, and at
             // once before the minter takes a holding whose claims changed.
-            let changed = p.published.grant().map(|g| g.epoch) != p.holding.grant().map(|g| g.epoch);
+            let changed = p.published.grant().map(|g| g.generation) != p.holding.grant().map(|g| g.generation);
             let report = |p: &mut Process, now: bool| {
                 if let Some(mint_ms) = p.minter.mint_ms()
                     && (now || p.progress_sent.is_none_or(|sent| mint_ms - sent >= PROGRESS_EVERY_MS))

@@ -905,7 +905,7 @@ mod tests {
         slots.iter().map(write).collect()
     }
 
-    /// Issue 24, finding 4: an instance holding any number of slots up to the 1,024 of ten
+    /// An instance holding any number of slots up to the 1,024 of ten
     /// worker bits, its requests cut as the keeper cuts them, never builds a transaction of
     /// more than etcd's default 128 operations; and one that would be larger is never sent.
     #[test]

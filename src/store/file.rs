@@ -224,7 +224,7 @@ impl StateFile {
 
     /// Takes `ticket`'s turn to begin, or to rename, under the lock.
     ///
-    /// The rule (issue 24, finding 2): the state file only ever receives the latest write to
+    /// The rule: the state file only ever receives the latest write to
     /// have begun. The store issues one write at a time, but a write whose call timed out
     /// goes on in its thread; were it renamed in after the write that followed it, the file
     /// would record its older, lower reservation, and a restart with the clock behind would
@@ -623,7 +623,7 @@ mod tests {
         assert_eq!(saved, None);
     }
 
-    /// Issue 24, finding 10: a start that took the lock and died (or failed on another
+    /// A start that took the lock and died (or failed on another
     /// worker) before its first write left nothing a later start must cover.
     #[test]
     fn a_start_that_wrote_nothing_leaves_a_first_start() {
@@ -795,7 +795,7 @@ mod tests {
         Stall { reached, release, returned }
     }
 
-    /// Issue 24, finding 2. A write that stalls past the driver's call timeout (its future
+    /// A write that stalls past the driver's call timeout (its future
     /// dropped, its blocking thread going on) and the next write, which completes: wherever
     /// the first one stalled, the file keeps the newer reservation and the stale write
     /// fails, never lands.

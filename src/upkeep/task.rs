@@ -53,7 +53,7 @@ pub async fn spawn(
         }
     };
     etcd.report_alarms(alarms.clone());
-    let now = clock.monotonic();
+    let now = clock.boot_time();
     let compactor = config.compaction_interval.map(|interval| {
         let first = now + interval.mul_f64(fraction(seed));
         tracing::info!(?interval, key = %compaction_key(&config.prefix), "compacting etcd's history, one instance a round");
@@ -107,7 +107,7 @@ struct Upkeep {
 impl Upkeep {
     async fn run(mut self, shutdown: CancellationToken) {
         loop {
-            let now = self.clock.monotonic();
+            let now = self.clock.boot_time();
             let due = self.compactor.as_mut().and_then(|c| c.poll_request(now));
             if let Some(request) = due {
                 let reply = tokio::select! {
@@ -126,7 +126,7 @@ impl Upkeep {
                     () = shutdown.cancelled() => break,
                 }
                 let every = if self.alarms.raised().is_empty() { ALARM_POLL } else { ALARM_POLL_RAISED };
-                self.next_poll = self.clock.monotonic() + every;
+                self.next_poll = self.clock.boot_time() + every;
                 continue;
             }
             let wake = self

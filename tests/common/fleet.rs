@@ -517,8 +517,7 @@ pub async fn kill_and_restart(fleet: &mut Fleet, i: usize, behind: f64) -> Outco
 }
 
 /// The wall clock jumps `secs` ahead; before the jump is confirmed the process is killed
-/// (kill -9) and restarted with the clock still ahead; the clock is then corrected (issue 24,
-/// finding 7). The restart, seeded with what the killed process kept in its state dir, does
+/// (kill -9) and restarted with the clock still ahead; the clock is then corrected. The restart, seeded with what the killed process kept in its state dir, does
 /// not adopt the jump: its minting time moves with real time (within 600 ms) from where it
 /// resumed, far below the jump, and nothing is refused once the clock is corrected. Without
 /// that memory, the restart took the jumped clock as the truth and minted `secs` ahead.
