@@ -875,12 +875,13 @@ impl World {
                 }
                 let Ev::CompactorAnswer { reply, revision, .. } = ev else { unreachable!() };
                 let (tracing, now) = (self.tracing, self.now);
+                let boot = self.machines[m].boot(now);
                 let p = self.process_mut(m);
                 if let Some(compactor) = p.compactor.as_mut() {
                     if let Some(detail) = revision.and_then(|r| p.compactor_horizon.saw(1, r)) {
                         compactor.went_back(detail);
                     }
-                    compactor.handle_reply(reply);
+                    compactor.handle_reply(boot, reply);
                     while let Some(event) = compactor.poll_event() {
                         if tracing {
                             eprintln!("{:>10.6} m{m} compactor {event:?}", now as f64 / 1e6);
@@ -1023,7 +1024,8 @@ impl World {
         {
             // The first round at a random point within an interval, as the task spreads them.
             let first = self.machines[m].boot(now) + interval.mul_f64(self.rng.below(1_000) as f64 / 1_000.0);
-            self.process_mut(m).compactor = Some(Compactor::new(interval, first));
+            let call_timeout = Duration::from_micros(self.params.call_timeout());
+            self.process_mut(m).compactor = Some(Compactor::new(interval, first, call_timeout));
             self.compactor_step(m);
         }
         self.step(m);

@@ -119,17 +119,24 @@ pub struct Compactor {
     next_round: Duration,
     /// A compaction this instance won the right to, not yet sent.
     to_compact: Option<i64>,
-    in_flight: Option<Request>,
+    /// The request in flight, and the boot-time instant it was sent.
+    in_flight: Option<(Request, Duration)>,
+    /// The longest a request's answer may take to be acted on (a call's timeout): one that
+    /// comes later (the process was stopped or suspended with it waiting) may be of a history
+    /// etcd has gone back from since.
+    answer_within: Duration,
     /// The fence key at the last round answered (`None`: no round yet).
     fence: Option<Option<FenceKey>>,
     events: VecDeque<Event>,
 }
 
 impl Compactor {
-    /// A compactor whose rounds come every `interval`, the first at boot-time instant `first`.
-    pub fn new(interval: Duration, first: Duration) -> Compactor {
+    /// A compactor whose rounds come every `interval`, the first at boot-time instant `first`,
+    /// acting on answers that come within `answer_within` (a call's timeout).
+    pub fn new(interval: Duration, first: Duration, answer_within: Duration) -> Compactor {
         Compactor {
             interval,
+            answer_within,
             version: 0,
             seen_revision: None,
             next_round: first,
@@ -156,7 +163,7 @@ impl Compactor {
         } else {
             return None;
         };
-        self.in_flight = Some(request.clone());
+        self.in_flight = Some((request.clone(), now));
         Some(request)
     }
 
@@ -195,9 +202,20 @@ impl Compactor {
         }
     }
 
-    /// etcd's answer to the request in flight.
-    pub fn handle_reply(&mut self, reply: Reply) {
-        let Some(request) = self.in_flight.take() else { return };
+    /// etcd's answer to the request in flight, taken in at boot-time instant `now`.
+    pub fn handle_reply(&mut self, now: Duration, reply: Reply) {
+        let Some((request, sent)) = self.in_flight.take() else { return };
+        let took = now.saturating_sub(sent);
+        if matches!(request, Request::Round { .. }) && took > self.answer_within {
+            // A won round acted on this late would compact to a revision of a history etcd
+            // may have gone back from meanwhile (a restore while this process was suspended
+            // with the answer waiting: simulator seed 12021697578). Nothing seen is trusted.
+            self.seen_revision = None;
+            let error =
+                format!("the round's answer came {} ms after it was sent, too late to act on", took.as_millis());
+            self.events.push_back(Event::Failed { what: "round", error });
+            return;
+        }
         if let Reply::Won { fence, .. } | Reply::Lost { fence, .. } = &reply {
             self.saw_fence(fence.clone());
         }
@@ -252,6 +270,9 @@ mod tests {
 
     const INTERVAL: Duration = Duration::from_secs(300);
 
+    /// A call's timeout.
+    const CALL: Duration = Duration::from_secs(1);
+
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
     }
@@ -296,7 +317,7 @@ mod tests {
     fn run(compactor: &mut Compactor, key: &mut Key, now: Duration) -> Vec<Event> {
         while let Some(request) = compactor.poll_request(now) {
             let reply = key.answer(request);
-            compactor.handle_reply(reply);
+            compactor.handle_reply(now, reply);
         }
         std::iter::from_fn(|| compactor.poll_event()).collect()
     }
@@ -305,7 +326,7 @@ mod tests {
     fn one_instance_a_round_compacts_to_what_it_saw_a_round_before() {
         let mut key = Key::default();
         // Three instances, their rounds at 10 s, 20 s and 30 s past each interval.
-        let mut fleet: Vec<Compactor> = [10, 20, 30].map(|s| Compactor::new(INTERVAL, secs(s))).into();
+        let mut fleet: Vec<Compactor> = [10, 20, 30].map(|s| Compactor::new(INTERVAL, secs(s), CALL)).into();
         let mut compactions = Vec::new();
         for round in 0..6u64 {
             for (i, compactor) in fleet.iter_mut().enumerate() {
@@ -331,8 +352,8 @@ mod tests {
     #[test]
     fn a_dead_compactor_is_replaced_by_the_next_instance_whose_round_comes() {
         let mut key = Key::default();
-        let mut a = Compactor::new(INTERVAL, secs(10));
-        let mut b = Compactor::new(INTERVAL, secs(20));
+        let mut a = Compactor::new(INTERVAL, secs(10), CALL);
+        let mut b = Compactor::new(INTERVAL, secs(20), CALL);
         for round in 0..3 {
             run(&mut a, &mut key, secs(round * 300 + 10));
             let events = run(&mut b, &mut key, secs(round * 300 + 20));
@@ -357,7 +378,7 @@ mod tests {
     #[test]
     fn a_restore_compacts_nothing_seen_before_it() {
         let mut key = Key::default();
-        let mut c = Compactor::new(INTERVAL, secs(0));
+        let mut c = Compactor::new(INTERVAL, secs(0), CALL);
         key.revision = 1_000;
         run(&mut c, &mut key, secs(0));
         // Restored from a snapshot taken at revision 400 (after the round's put), fenced,
@@ -391,7 +412,7 @@ mod tests {
     #[test]
     fn a_second_restore_from_the_same_snapshot_compacts_nothing_seen_before_it() {
         let mut key = Key::default();
-        let mut c = Compactor::new(INTERVAL, secs(0));
+        let mut c = Compactor::new(INTERVAL, secs(0), CALL);
         key.revision = 400;
         run(&mut c, &mut key, secs(0));
         // The first restore, from a snapshot at revision 400, fenced at revision 401.
@@ -413,12 +434,12 @@ mod tests {
     #[test]
     fn failures_and_compactions_already_done_are_counted_and_never_stop_the_rounds() {
         let mut key = Key::default();
-        let mut c = Compactor::new(INTERVAL, secs(0));
+        let mut c = Compactor::new(INTERVAL, secs(0), CALL);
         run(&mut c, &mut key, secs(0));
         // A round that fails: the version and the revision to compact to are kept.
         let request = c.poll_request(secs(300)).unwrap();
         assert_eq!(request, Request::Round { expect_version: 1, compact_to: 1 });
-        c.handle_reply(Reply::Failed { error: "no answer".into() });
+        c.handle_reply(secs(300), Reply::Failed { error: "no answer".into() });
         assert_eq!(c.poll_event(), Some(Event::Failed { what: "round", error: "no answer".into() }));
         assert_eq!(c.poll_timeout(), Some(secs(600)));
         // etcd compacted further by itself: the compaction is answered "already compacted".
@@ -430,21 +451,45 @@ mod tests {
         let request = c.poll_request(secs(900)).unwrap();
         assert!(matches!(request, Request::Round { expect_version: 2, .. }), "{request:?}");
         let won = key.answer(request);
-        c.handle_reply(won);
+        c.handle_reply(secs(900), won);
         assert_eq!(c.poll_request(secs(900)), Some(Request::Compact { revision: 61 }));
-        c.handle_reply(Reply::Failed { error: "etcdserver: request timed out".into() });
+        c.handle_reply(secs(900), Reply::Failed { error: "etcdserver: request timed out".into() });
         assert!(matches!(c.poll_event(), Some(Event::Failed { what: "compaction", .. })));
         assert_eq!(c.poll_timeout(), Some(secs(1200)));
     }
 
     #[test]
     fn a_late_round_does_not_bring_the_next_one_closer() {
-        let mut c = Compactor::new(INTERVAL, secs(0));
+        let mut c = Compactor::new(INTERVAL, secs(0), CALL);
         assert!(c.poll_request(secs(0)).is_some());
-        c.handle_reply(Reply::Won { revision: 5, fence: None });
+        c.handle_reply(secs(0), Reply::Won { revision: 5, fence: None });
         // The process was paused for an hour: one round now, the next an interval later.
         assert!(c.poll_request(secs(3_600)).is_some());
-        c.handle_reply(Reply::Lost { version: 3, compact_to: Some(4), revision: 9, fence: None });
+        c.handle_reply(secs(3_600), Reply::Lost { version: 3, compact_to: Some(4), revision: 9, fence: None });
         assert_eq!(c.poll_timeout(), Some(secs(3_600 + 300)));
+    }
+
+    /// A round won, its answer taken in only after the process was suspended for longer than
+    /// a call's timeout (etcd restored meanwhile, its revisions handed out again): nothing is
+    /// compacted on it, and the revision it saw is not compacted to later either (simulator
+    /// seed 12021697578 compacted to a revision reached 0.3 s before on the restored history).
+    #[test]
+    fn a_round_answered_too_late_compacts_nothing() {
+        let mut c = Compactor::new(INTERVAL, secs(0), CALL);
+        assert!(c.poll_request(secs(0)).is_some());
+        c.handle_reply(secs(0), Reply::Won { revision: 5, fence: None });
+        assert_eq!(c.poll_event(), Some(Event::WonFirstRound));
+        assert!(c.poll_request(secs(300)).is_some());
+        // The answer waited out a suspend of 4 s.
+        c.handle_reply(secs(304), Reply::Won { revision: 9, fence: None });
+        assert!(matches!(c.poll_event(), Some(Event::Failed { what: "round", error }) if error.contains("too late")));
+        assert_eq!(c.poll_request(secs(304)), None, "no compaction on a late answer");
+        // The next round, answered in time, has seen nothing a round before: no compaction yet.
+        assert!(c.poll_request(secs(604)).is_some());
+        c.handle_reply(secs(604), Reply::Won { revision: 12, fence: None });
+        assert_eq!(c.poll_request(secs(604)), None);
+        assert!(c.poll_request(secs(904)).is_some());
+        c.handle_reply(secs(904), Reply::Won { revision: 20, fence: None });
+        assert_eq!(c.poll_request(secs(904)), Some(Request::Compact { revision: 12 }));
     }
 }

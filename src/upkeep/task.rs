@@ -57,7 +57,7 @@ pub async fn spawn(
     let compactor = config.compaction_interval.map(|interval| {
         let first = now + interval.mul_f64(fraction(seed));
         tracing::info!(?interval, key = %compaction_key(&config.prefix), "compacting etcd's history, one instance a round");
-        Compactor::new(interval, first)
+        Compactor::new(interval, first, config.call_timeout())
     });
     if compactor.is_none() {
         tracing::info!("etcd compaction off (--etcd-compaction-interval off): etcd's operator compacts");
@@ -115,7 +115,7 @@ impl Upkeep {
                     () = shutdown.cancelled() => break,
                 };
                 if let Some(compactor) = &mut self.compactor {
-                    compactor.handle_reply(reply);
+                    compactor.handle_reply(self.clock.boot_time(), reply);
                 }
                 self.record();
                 continue;
