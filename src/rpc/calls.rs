@@ -88,14 +88,17 @@ pub struct Call {
     method: Arc<MethodMetrics>,
     start: Instant,
     done: bool,
-    context: Option<CallContext>,
+    /// The end of the call's limit, from its context.
+    deadline: Option<Instant>,
 }
 
 impl Call {
-    /// A call to the method of `method`, starting now, in `context` (`None` for a request
-    /// that did not come through the front door).
+    /// A call to the method of `method` in `context`, starting at its arrival (now, for a
+    /// request that did not come through the front door: `None`).
     pub fn start(method: Arc<MethodMetrics>, context: Option<&CallContext>) -> Call {
-        Call { method, start: Instant::now(), done: false, context: context.cloned() }
+        // Timed from the call's arrival at the front door, where it has one.
+        let start = context.map_or_else(Instant::now, |c| c.arrived);
+        Call { method, start, done: false, deadline: context.map(|c| c.arrived + c.limit) }
     }
 
     /// How long the call has taken so far.
@@ -113,8 +116,10 @@ impl Call {
 }
 
 impl Drop for Call {
+    /// A call dropped unanswered once its limit has passed was ended by the front door's
+    /// timer (a client that went away at that very instant is told from it by nothing).
     fn drop(&mut self) {
-        let ended_by_deadline = self.context.as_ref().is_some_and(CallContext::expired);
+        let ended_by_deadline = self.deadline.is_some_and(|deadline| Instant::now() >= deadline);
         self.finish(if ended_by_deadline { Code::DeadlineExceeded } else { Code::Cancelled });
     }
 }

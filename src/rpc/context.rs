@@ -9,8 +9,6 @@
 //! caller's own timer fires; a call not answered by `limit` (its body never came, or a handler
 //! did not answer) ends with `DEADLINE_EXCEEDED` on every path, counted as such.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::minter::ConnectionKey;
@@ -27,8 +25,6 @@ pub struct CallContext {
     /// What was wrong with the caller's timeout header, where the protocol refuses a call
     /// for it (Connect's `Connect-Timeout-Ms`; a gRPC server ignores a bad `grpc-timeout`).
     pub bad_timeout: Option<String>,
-    /// Set when `limit` passed before the call was answered.
-    expired: Arc<AtomicBool>,
 }
 
 impl CallContext {
@@ -36,7 +32,7 @@ impl CallContext {
     /// the server `request_timeout`.
     pub fn new(connection: ConnectionKey, caller: Option<Duration>, request_timeout: Duration) -> CallContext {
         let limit = caller.map_or(request_timeout, |caller| caller.min(request_timeout));
-        CallContext { connection, arrived: Instant::now(), limit, bad_timeout: None, expired: Arc::default() }
+        CallContext { connection, arrived: Instant::now(), limit, bad_timeout: None }
     }
 
     /// The time the minter may still take for the call: the rest of `limit` less the margin
@@ -44,16 +40,6 @@ impl CallContext {
     /// body, for a worker thread) is not given a second time.
     pub fn left_for_minter(&self) -> Duration {
         answer_within(self.limit).saturating_sub(self.arrived.elapsed())
-    }
-
-    /// Marks the call as ended by its `limit`.
-    pub fn expire(&self) {
-        self.expired.store(true, Ordering::Release);
-    }
-
-    /// Whether the call was ended by its `limit`.
-    pub fn expired(&self) -> bool {
-        self.expired.load(Ordering::Acquire)
     }
 
     /// The message of a call ended by its `limit`, the same on every path.
@@ -135,8 +121,5 @@ mod tests {
         assert_eq!(short.limit, Duration::from_millis(100));
         assert!(short.left_for_minter() <= Duration::from_millis(90));
         assert_eq!(answer_within(Duration::from_secs(10)), Duration::from_millis(9_980));
-        assert!(!short.expired());
-        short.clone().expire();
-        assert!(short.expired(), "every copy of a context shares its end");
     }
 }

@@ -125,8 +125,13 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
         let mut context = CallContext::new(self.connection, caller, self.paths.request_timeout);
         context.bad_timeout = bad_timeout;
         let paths = self.paths.clone();
-        request.extensions_mut().insert(self.info.clone());
-        request.extensions_mut().insert(context.clone());
+        if head.path != Path::Direct {
+            // Where tonic's handlers and Connect read them. The direct path is handed the
+            // context itself: a request's first extension costs allocations the most
+            // frequent call does without.
+            request.extensions_mut().insert(self.info.clone());
+            request.extensions_mut().insert(context.clone());
+        }
         match head.path {
             Path::Direct => Box::pin(async move {
                 let answer = async { paths.direct.call(request, &context).await.map(Answer::Direct) };
@@ -162,10 +167,8 @@ async fn within_limit(
     match tokio::time::timeout(context.limit, answer.as_mut()).await {
         Ok(response) => response,
         Err(_) => {
-            // Marked before the path's future is dropped (with this function's frame), so
-            // that the call it was counting is counted as ended by its deadline, not as
-            // cancelled by its client.
-            context.expire();
+            // The path's future is dropped with this function's frame, past the limit: the
+            // call it was counting is counted as ended by its deadline, not as cancelled.
             let message = context.deadline_message();
             match path {
                 Path::Direct | Path::Grpc => Status::new(Code::DeadlineExceeded, message).into_http(),
