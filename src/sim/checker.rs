@@ -48,6 +48,8 @@ pub struct Checker {
     deleted: std::collections::BTreeSet<u32>,
     /// Per slot: when its reservation key was deleted by hand.
     deleted_at: BTreeMap<u32, Vec<Us>>,
+    /// Every restore of the store: when the snapshot was taken, and when it was restored.
+    restores: Vec<(Us, Us)>,
     /// Per (slot, owner): the end of the latest tick that owner minted on it, Unix ms.
     minted_by: BTreeMap<(u32, Owner), i64>,
     /// Per (slot, owner): what other owners had minted on the slot when the owner's claim
@@ -95,7 +97,10 @@ impl Checker {
                 self.writes.entry(slot).or_default().push((now, until_ms, writer, session));
             }
             Note::Freed { .. } => {}
-            Note::Restored => self.restored = true,
+            Note::Restored { taken } => {
+                self.restored = true;
+                self.restores.push((taken, now));
+            }
             Note::ReservationDeleted { slot } => {
                 self.deleted.insert(slot);
                 self.deleted_at.entry(slot).or_default().push(now);
@@ -275,8 +280,9 @@ impl Checker {
             );
         }
         // Invariant 2: only above the reservations other processes wrote before the claim.
-        // One that an operator deleted by hand before the claim could not be read: the
-        // claim waits out a fence from its own clock, which covers what the others minted
+        // One that an operator deleted by hand before the claim, or that a restore threw
+        // away, could not be read: the claim waits out a fence (its own, from its clock, or
+        // the fleet's, set in the restore's procedure), which covers what the others minted
         // (a reservation may reach further, a fenced floor written as it is, with nothing
         // minted at it: simulator seed 96218935117), so the floor is what they had minted.
         match self.claims.get(&(slot, owner)) {
@@ -292,8 +298,12 @@ impl Checker {
                     .filter(|(t, _, w, _)| *t <= claimed_at && *w != owner)
                     .map(|(t, v, _, _)| (*t, *v))
                     .next_back();
+                // Deleted by hand, or thrown away by a restore to a snapshot taken before it
+                // (seed 12021811556: a fenced floor, lost to a restore, above the fence the
+                // claim waited out; nothing had been minted at it).
                 let hidden = |written: Us| {
                     self.deleted_at.get(&slot).into_iter().flatten().any(|&at| written < at && at <= claimed_at)
+                        || self.restores.iter().any(|&(taken, at)| taken < written && written < at && at <= claimed_at)
                 };
                 let floor = last.map(|(t, v)| {
                     if hidden(t) {
@@ -360,7 +370,8 @@ mod tests {
 
     /// A reservation an operator deleted by hand before a claim could not be read by it:
     /// the claim is held to what the others had minted, not to a reservation that reached
-    /// past it (a fenced floor written as it is: seed 96218935117). One still readable holds.
+    /// past it (a fenced floor written as it is: seed 96218935117). So is one a restore threw
+    /// away (seed 12021811556). One still readable holds.
     #[test]
     fn a_reservation_deleted_before_the_claim_is_no_floor_but_what_was_minted_is() {
         let layout = Layout::default_snowmint();
@@ -368,7 +379,8 @@ mod tests {
         let view = || StoreView { lease_alive: true, holds: true, stored: Some(i64::MAX) };
         let (a, b) = ((0, 1), (1, 1));
         let base = layout.epoch_ms + 1_000_000;
-        for deleted in [true, false] {
+        // How A's reservation went before B's claim, and whether B's claim could read it.
+        for (how, hidden) in [("deleted", true), ("restored away", true), ("restored, kept", false), ("kept", false)] {
             let mut c = Checker::default();
             c.note(0, Note::Claimed { slot: 2, owner: a, session: 1 });
             c.check_slot(1, &layout, a, Some(1), 2, tick(base), base + 1, 1, view());
@@ -384,13 +396,17 @@ mod tests {
                     fenced_ms: None,
                 },
             );
-            if deleted {
-                c.note(3, Note::ReservationDeleted { slot: 2 });
+            match how {
+                "deleted" => c.note(3, Note::ReservationDeleted { slot: 2 }),
+                // To a snapshot taken before the write, or at it (which kept it).
+                "restored away" => c.note(3, Note::Restored { taken: 1 }),
+                "restored, kept" => c.note(3, Note::Restored { taken: 2 }),
+                _ => {}
             }
             c.note(4, Note::Claimed { slot: 2, owner: b, session: 2 });
             // B mints above what A minted, below A's reservation.
             c.check_slot(5, &layout, b, Some(2), 2, tick(base + 10_000), base + 10_001, 1, view());
-            assert_eq!(c.violations.is_empty(), deleted, "deleted {deleted}: {:?}", c.violations);
+            assert_eq!(c.violations.is_empty(), hidden, "{how}: {:?}", c.violations);
             // At or below what A minted is a violation either way.
             c.check_slot(6, &layout, b, Some(2), 2, tick(base), base + 1, 1, view());
             assert!(c.violations.iter().any(|v| v.contains("invariant 2")), "{:?}", c.violations);

@@ -86,8 +86,9 @@ pub enum Note {
     },
     /// `owner`'s session now holds `slot`.
     Claimed { slot: u32, owner: Owner, session: SessionId },
-    /// The store was restored from a snapshot: what was written since is gone.
-    Restored,
+    /// The store was restored from a snapshot taken at `taken`: what was written since is
+    /// gone.
+    Restored { taken: Us },
     /// An operator deleted `slot`'s reservation key.
     ReservationDeleted { slot: u32 },
     /// etcd's history was compacted up to `revision`, which etcd first reached `kept_us`
@@ -250,7 +251,7 @@ impl EtcdModel {
                 self.notes.push(Note::Claimed { slot: *slot, owner: *owner, session: kv.lease });
             }
         }
-        self.notes.push(Note::Restored);
+        self.notes.push(Note::Restored { taken });
         Some(taken)
     }
 
