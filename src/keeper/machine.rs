@@ -2040,22 +2040,28 @@ mod tests {
         assert!(!events.iter().any(|e| matches!(e, Event::StoreWentBack { .. })), "{events:?}");
     }
 
-    /// Issue 23: a re-claim that reads less than this instance's own confirmed write (the
-    /// store went back) is fenced, and tells the fleet; a reservation missing though the
-    /// slot was used before is waited out.
-    #[test]
-    fn a_floor_below_the_instances_own_write_or_missing_is_fenced() {
+    /// A keeper that took slot 4 (its first write WALL + 3,000 at version 10), lost its
+    /// session, claimed the slot again at 1 s and read `stored` as its floor.
+    fn reclaim_reading(stored: Stored) -> Keeper {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
         take_slot(&mut k, at(0), Stored::Absent);
         exchange(&mut k, at(1_000), |_| Reply::SessionGone);
         exchange(&mut k, at(1_000), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(3)) });
         exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
         exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
-        // Below the first write (WALL + 3,000 at version 10): the store lost it.
-        let lower = Stored::Reserved { until_ms: WALL + 1_000, version: Version::At(9) };
         exchange(&mut k, at(1_000), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: lower }])
+            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored }])
         });
+        k
+    }
+
+    /// Issue 23: a re-claim that reads less than this instance's own confirmed write (the
+    /// store went back) is fenced, and tells the fleet; a reservation missing though the
+    /// slot was used before is waited out.
+    #[test]
+    fn a_floor_below_the_instances_own_write_or_missing_is_fenced() {
+        // Below the first write (WALL + 3,000 at version 10): the store lost it.
+        let mut k = reclaim_reading(Stored::Reserved { until_ms: WALL + 1_000, version: Version::At(9) });
         let set = exchange(&mut k, at(1_000), |_| Reply::FenceSet);
         assert!(matches!(set, Request::SetFence { .. }), "{set:?}");
         exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(11))]));
@@ -2077,17 +2083,8 @@ mod tests {
     /// seed 96223646376 resumed with the old claim's floor, below the other's fenced floor).
     #[test]
     fn a_reclaim_reading_its_own_version_with_another_value_is_a_store_gone_back() {
-        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
-        take_slot(&mut k, at(0), Stored::Absent);
-        exchange(&mut k, at(1_000), |_| Reply::SessionGone);
-        exchange(&mut k, at(1_000), |_| Reply::SessionOpened { session: 78, ttl: Some(Duration::from_secs(3)) });
-        exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
-        exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
         // The first write stored WALL + 3,000 at version 10; this is another one at 10.
-        let other = Stored::Reserved { until_ms: WALL + 40_000, version: Version::At(10) };
-        exchange(&mut k, at(1_000), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: other }])
-        });
+        let mut k = reclaim_reading(Stored::Reserved { until_ms: WALL + 40_000, version: Version::At(10) });
         let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, Event::StoreWentBack { .. })), "{events:?}");
         let set = exchange(&mut k, at(1_000), |_| Reply::FenceSet);
