@@ -740,9 +740,14 @@ impl World {
                 if self.deferred(m, &Ev::Wake { m, inc }) || !self.is_current(m, inc) {
                     return;
                 }
-                if let Some(p) = self.machines[m].process.as_mut() {
-                    p.timer = None;
+                // As the driver's one sleep: a wake that a later step replaced is stale (run,
+                // its copies would each queue the next wake, and multiply).
+                let now = self.now;
+                let p = self.process_mut(m);
+                if p.timer != Some(now) {
+                    return;
                 }
+                p.timer = None;
                 let (now, _) = self.machines[m].clocks(self.now);
                 self.process_mut(m).keeper.handle_timeout(now);
                 self.step(m);
