@@ -1,5 +1,6 @@
 //! The test helpers themselves: a test binary that is killed leaves no child running, a
-//! cluster start that fails part-way leaves no member running, and a start that should fail
+//! cluster start that fails part-way leaves no member running, a member that exits is
+//! retried and reported in its own words, and a start that should fail
 //! but runs fails its test within a limit instead of hanging it.
 
 mod common;
@@ -91,7 +92,9 @@ async fn start_children_and_wait_to_be_killed() {
 }
 
 /// A test binary killed with SIGKILL (a CI job cancelled, a timeout) gets no chance to drop
-/// anything; its children (etcd, snowmint) must die with it all the same.
+/// anything; its children (etcd, snowmint) must die with it all the same. The helper's temp
+/// dirs (etcd's data, the server's state) cannot be removed by a process killed so: they go
+/// under this test's own dir (`TMPDIR`), removed when it ends.
 #[test]
 fn a_killed_test_binary_leaves_no_child_running() {
     let dir = tempfile::tempdir().unwrap();
@@ -108,6 +111,7 @@ fn a_killed_test_binary_leaves_no_child_running() {
         Command::new(std::env::current_exe().unwrap())
             .args(["--ignored", "--exact", "start_children_and_wait_to_be_killed", "--nocapture"])
             .env(READY_FILE, &ready)
+            .env("TMPDIR", dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -127,6 +131,8 @@ fn a_killed_test_binary_leaves_no_child_running() {
     helper.0.wait().unwrap();
     let left = survivors(&children, Duration::from_secs(5));
     assert!(left.is_empty(), "still running 5 s after their test binary was killed (now killed): {left:?}");
+    let kept: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    assert!(kept.len() > 1, "the helper's temp dirs are not under the test's own dir: {kept:?}");
 }
 
 /// A cluster whose third member cannot be started: the start fails, and the two members
@@ -145,6 +151,31 @@ async fn a_cluster_start_that_fails_part_way_leaves_no_member_running() {
         .collect();
     let left = survivors(&started, Duration::from_secs(5));
     assert!(left.is_empty(), "members left running by the failed start (now killed): {left:?}");
+}
+
+/// A member that exits at once (its port taken by a parallel test, as etcd says in its last
+/// line) fails its start attempt at once, not after the health limit; the start is made
+/// again on fresh ports, and when every attempt fails the test is told each reason with
+/// the member's own last lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_exits_is_retried_and_then_reported_with_its_own_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("etcd");
+    std::fs::write(&script, "#!/bin/sh\necho 'listen tcp 127.0.0.1:1: bind: address already in use' >&2\nexit 1\n")
+        .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let binary = script.to_string_lossy().into_owned();
+    let start = tokio::spawn(EtcdCluster::start_members(1, None, move |_| binary.clone()));
+    let failed = tokio::time::timeout(Duration::from_secs(20), start)
+        .await
+        .expect("a start whose member exits ends well before the 30 s health limit");
+    let Err(error) = failed else { panic!("a start whose member exits succeeded") };
+    let panic = error.into_panic();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    for attempt in 1..=3 {
+        assert!(message.contains(&format!("attempt {attempt}: etcd member m0 exited")), "{message}");
+    }
+    assert!(message.contains("bind: address already in use"), "the member's own words are shown: {message}");
 }
 
 /// A start that should fail but runs (the very bug start-up tests guard against) fails its

@@ -15,6 +15,9 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// How many times a cluster start is made before its test fails.
+const START_ATTEMPTS: usize = 3;
+
 /// The etcd binary: `ETCD_BIN`, or `etcd` on the PATH.
 fn etcd_binary() -> String {
     std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into())
@@ -25,6 +28,8 @@ pub struct Member {
     pub client_url: String,
     pub peer_url: String,
     data_dir: PathBuf,
+    /// etcd's own error output, appended across restarts: shown when the member fails.
+    log: PathBuf,
     child: Option<Child>,
 }
 
@@ -74,6 +79,27 @@ impl EtcdCluster {
         binary: impl Fn(usize) -> String,
         args: &[&str],
     ) -> EtcdCluster {
+        // A port found free can be taken by a parallel test before etcd binds it, and then
+        // the member exits at once; such a start is made again on fresh ports and a fresh
+        // data dir, a bounded number of times.
+        let mut failures = Vec::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let mut cluster = EtcdCluster::new(n, tls.clone(), args);
+            for i in 0..n {
+                let child = cluster.spawn(&cluster.members[i], &binary(i));
+                cluster.members[i].child = Some(child);
+            }
+            match cluster.healthy_within(Duration::from_secs(30)).await {
+                Ok(()) => return cluster,
+                Err(reason) => failures.push(format!("attempt {attempt}: {reason}")),
+            }
+            // Dropping the cluster kills the members of the failed attempt.
+        }
+        panic!("etcd cluster of {n} did not start:\n{}", failures.join("\n"));
+    }
+
+    /// `n` members on free ports with their data dirs in a new temp dir; none started yet.
+    fn new(n: usize, tls: Option<(PathBuf, super::tls::CertFiles)>, args: &[&str]) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let members: Vec<Member> = (0..n)
@@ -82,19 +108,14 @@ impl EtcdCluster {
                 client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
                 peer_url: format!("http://127.0.0.1:{}", free_port()),
                 data_dir: dir.path().join(format!("m{i}")),
+                log: dir.path().join(format!("m{i}.log")),
                 child: None,
             })
             .collect();
         let initial_cluster =
             members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",");
         let args = args.iter().map(|a| a.to_string()).collect();
-        let mut cluster = EtcdCluster { members, initial_cluster, tls, args, _dir: dir };
-        for i in 0..n {
-            let child = cluster.spawn(&cluster.members[i], &binary(i));
-            cluster.members[i].child = Some(child);
-        }
-        cluster.wait_healthy(Duration::from_secs(30)).await;
-        cluster
+        EtcdCluster { members, initial_cluster, tls, args, _dir: dir }
     }
 
     fn spawn(&self, member: &Member, binary: &str) -> Child {
@@ -123,7 +144,7 @@ impl EtcdCluster {
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&member.log).unwrap());
         Child::spawn(command)
             .unwrap_or_else(|e| panic!("start {binary} (Debian package etcd-server; scripts/check installs it): {e}"))
     }
@@ -157,10 +178,19 @@ impl EtcdCluster {
     }
 
     /// Waits until every live member reports a leader.
-    pub async fn wait_healthy(&self, limit: Duration) {
+    pub async fn wait_healthy(&mut self, limit: Duration) {
+        if let Err(reason) = self.healthy_within(limit).await {
+            panic!("{reason}");
+        }
+    }
+
+    /// Waits until every live member reports a leader, at most `limit`; the reason, with
+    /// the member's own error output, when one does not or exits.
+    async fn healthy_within(&mut self, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
-        for member in self.members.iter().filter(|m| m.child.is_some()) {
-            loop {
+        for i in 0..self.members.len() {
+            while let Some(exited) = self.members[i].child.as_mut().map(|child| child.try_wait().is_some()) {
+                let member = &self.members[i];
                 let ok = async {
                     let options = self.options(Duration::from_millis(500));
                     let mut client = etcd_client::Client::connect([&member.client_url], Some(options)).await.ok()?;
@@ -171,10 +201,21 @@ impl EtcdCluster {
                 if ok.is_some() {
                     break;
                 }
-                assert!(start.elapsed() < limit, "etcd member {} not healthy within {limit:?}", member.name);
+                let failed = if exited {
+                    Some("exited".to_string())
+                } else {
+                    (start.elapsed() >= limit).then(|| format!("not healthy within {limit:?}"))
+                };
+                if let Some(failed) = failed {
+                    let log = std::fs::read_to_string(&member.log).unwrap_or_default();
+                    let lines: Vec<&str> = log.lines().collect();
+                    let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+                    return Err(format!("etcd member {} {failed}; its last lines:\n{tail}", member.name));
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+        Ok(())
     }
 
     /// The index of the current leader.
