@@ -8,7 +8,7 @@ use snowmint::layout::Layout;
 
 fn generator() -> Generator {
     let mut generator = Generator::new(Layout::default_snowmint(), 5, 10_000).expect("the default layout is mintable");
-    generator.set_windows(&[Window { worker: 7, floor: None, reserved: u64::MAX }]);
+    generator.set_windows(&[Window { slot: 7, floor: None, reserved: u64::MAX }]);
     generator
 }
 

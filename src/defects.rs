@@ -30,9 +30,11 @@ pub enum Defect {
     /// process, not of the claim it continues.
     ResumeWithOlderFloor,
     /// A state-file write that stalled past its call timeout lands after the write that
-    /// followed it, recording its older, lower reservation. Planted in
-    /// the simulator's disk model, which mirrors `StateFile::write`'s rule: the production
-    /// check runs on a blocking thread, out of reach of a per-thread switch.
+    /// followed it, recording its older, lower reservation. Planted in the file store's
+    /// write-order rule (`store::file::order::Turns::take`), which both the real store and
+    /// the simulator's disk model run; the real store runs it on a blocking thread, out of
+    /// reach of this per-thread switch, so only the simulator (and that rule's own tests)
+    /// see it planted.
     StaleWriteLandsLate,
     /// A claim's floor read takes the stored reservation as it is, whatever fence stands and
     /// whether it is missing (issue 23: a restored snapshot's reservations, a deleted key,

@@ -1,16 +1,16 @@
 //! The generator: the pure state machine that turns ticks into IDs.
 //!
-//! It holds the layout, the last ID it minted (the cursor) and, for each slot (worker ID) it
+//! It holds the layout, the last ID it minted (the cursor) and, for each slot it
 //! may mint for, a window: the floor a previous holder left and the reservation that covers
 //! minting. Every ID it mints is greater than the one before, so one generator never repeats
 //! itself; the windows keep it clear of every other holder's IDs. With several slots, each
-//! tick is filled across the slots in ascending worker order before the next tick, so IDs
+//! tick is filled across the slots in ascending slot order before the next tick, so IDs
 //! stay strictly increasing.
 //!
 //! It does no I/O, never sleeps and never reads a clock: the caller passes the current tick
 //! and gets back IDs or the reason it cannot mint now ([`Blocked`]).
 
-use crate::layout::{FieldOrder, Layout, LayoutError, Parts};
+use crate::layout::{FieldOrder, Layout, LayoutError, Parts, Slot};
 
 /// Why the generator cannot mint at the tick it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub enum RefuseReason {
 /// The window one slot may mint in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
-    pub worker: u64,
+    pub slot: Slot,
     /// Ticks up to and including this one may have been minted by a previous run or holder.
     pub floor: Option<u64>,
     /// Ticks up to and including this one are covered by a durable reservation.
@@ -60,7 +60,7 @@ pub struct Window {
 
 /// A slot's window, with the last tick minted in it.
 #[derive(Debug, Clone, Copy)]
-struct Slot {
+struct Held {
     window: Window,
     last_tick: Option<u64>,
 }
@@ -71,13 +71,13 @@ pub struct Generator {
     layout: Layout,
     /// The last ID minted, as its parts: every new ID is greater.
     last: Option<Parts>,
-    /// In ascending worker order.
-    slots: Vec<Slot>,
-    /// The last tick minted on each slot no longer held, in ascending worker order: what
+    /// In ascending slot order.
+    slots: Vec<Held>,
+    /// The last tick minted on each slot no longer held, in ascending slot order: what
     /// this process minted on a slot stays known while the slot is away, so a claim that
     /// takes it back (and resumes) reports it at the stop and its reservation is never
     /// shrunk below it.
-    away: Vec<(u64, u64)>,
+    away: Vec<(Slot, u64)>,
     /// Strict policy (`max_ahead` 0): steps back of at most this many ticks are waited out;
     /// larger ones are refused.
     max_back: u64,
@@ -118,33 +118,33 @@ impl Generator {
     pub fn set_windows(&mut self, windows: &[Window]) {
         for slot in &self.slots {
             if let Some(last) = slot.last_tick
-                && !windows.iter().any(|w| w.worker == slot.window.worker)
+                && !windows.iter().any(|w| w.slot == slot.window.slot)
             {
-                self.away.retain(|&(worker, _)| worker != slot.window.worker);
-                self.away.push((slot.window.worker, last));
+                self.away.retain(|&(away, _)| away != slot.window.slot);
+                self.away.push((slot.window.slot, last));
             }
         }
-        let mut slots: Vec<Slot> = windows
+        let mut slots: Vec<Held> = windows
             .iter()
             .map(|w| {
-                assert!(w.worker <= self.layout.max_worker(), "worker {} does not fit the layout", w.worker);
-                let held = self.slots.iter().find(|s| s.window.worker == w.worker).and_then(|s| s.last_tick);
-                let away = self.away.iter().find(|(worker, _)| *worker == w.worker).map(|&(_, last)| last);
+                assert!(u64::from(w.slot) <= self.layout.max_worker(), "worker {} does not fit the layout", w.slot);
+                let held = self.slots.iter().find(|s| s.window.slot == w.slot).and_then(|s| s.last_tick);
+                let away = self.away.iter().find(|(slot, _)| *slot == w.slot).map(|&(_, last)| last);
                 let last_tick = held.or(away);
-                Slot { window: Window { reserved: w.reserved.min(self.layout.max_tick()), ..*w }, last_tick }
+                Held { window: Window { reserved: w.reserved.min(self.layout.max_tick()), ..*w }, last_tick }
             })
             .collect();
-        slots.sort_by_key(|s| s.window.worker);
-        self.away.retain(|(worker, _)| !slots.iter().any(|s| s.window.worker == *worker));
+        slots.sort_by_key(|s| s.window.slot);
+        self.away.retain(|(slot, _)| !slots.iter().any(|s| s.window.slot == *slot));
         self.away.sort_unstable();
         self.slots = slots;
     }
 
     /// Raises a slot's reservation. A lower value is ignored: a reservation once written
     /// stays in force for its claim.
-    pub fn extend_reservation(&mut self, worker: u64, reserved: u64) {
+    pub fn extend_reservation(&mut self, slot: Slot, reserved: u64) {
         let max = self.layout.max_tick();
-        if let Some(slot) = self.slots.iter_mut().find(|s| s.window.worker == worker) {
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.window.slot == slot) {
             slot.window.reserved = slot.window.reserved.max(reserved.min(max));
         }
     }
@@ -155,13 +155,13 @@ impl Generator {
     }
 
     /// The last tick minted on `worker`, if any.
-    pub fn last_tick_of(&self, worker: u64) -> Option<u64> {
-        self.slots.iter().find(|s| s.window.worker == worker).and_then(|s| s.last_tick)
+    pub fn last_tick_of(&self, slot: Slot) -> Option<u64> {
+        self.slots.iter().find(|s| s.window.slot == slot).and_then(|s| s.last_tick)
     }
 
     /// Per slot minted on by this generator, held now or not, the last tick minted on it.
-    pub fn last_ticks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slots.iter().filter_map(|s| Some((s.window.worker, s.last_tick?))).chain(self.away.iter().copied())
+    pub fn last_ticks(&self) -> impl Iterator<Item = (Slot, u64)> + '_ {
+        self.slots.iter().filter_map(|s| Some((s.window.slot, s.last_tick?))).chain(self.away.iter().copied())
     }
 
     /// The lowest reservation among the slots held (what the next fence would be).
@@ -186,13 +186,15 @@ impl Generator {
             && (now == last.tick || (now < last.tick && last.tick - now <= self.max_ahead))
         {
             if last.sequence < self.layout.max_sequence()
-                && let Some(i) = self.slots.iter().position(|s| s.window.worker == last.worker)
+                && let Some(i) = self.slots.iter().position(|s| u64::from(s.window.slot) == last.worker)
                 && Self::usable(&self.slots[i].window, last.tick)
             {
                 return Ok((last.tick, i, last.sequence + 1));
             }
-            if let Some(i) =
-                self.slots.iter().position(|s| s.window.worker > last.worker && Self::usable(&s.window, last.tick))
+            if let Some(i) = self
+                .slots
+                .iter()
+                .position(|s| u64::from(s.window.slot) > last.worker && Self::usable(&s.window, last.tick))
             {
                 return Ok((last.tick, i, 0));
             }
@@ -269,7 +271,7 @@ impl Generator {
         // Invariant 5: the sequence restarts only here, when the tick advances, after the
         // clock checks in `next_position`.
         let (tick, i, sequence) = self.next_position(now)?;
-        let parts = Parts { tick, worker: self.slots[i].window.worker, sequence };
+        let parts = Parts { tick, worker: u64::from(self.slots[i].window.slot), sequence };
         self.slots[i].last_tick = Some(tick);
         self.last = Some(parts);
         Ok((i, parts))
@@ -314,9 +316,9 @@ mod tests {
         Layout::snowmint(0, 10, 2)
     }
 
-    fn generator(layout: Layout, worker: u64, floor: Option<u64>, reserved: u64, max_back: u64) -> Generator {
+    fn generator(layout: Layout, slot: Slot, floor: Option<u64>, reserved: u64, max_back: u64) -> Generator {
         let mut g = Generator::new(layout, max_back, 0).unwrap();
-        g.set_windows(&[Window { worker, floor, reserved }]);
+        g.set_windows(&[Window { slot, floor, reserved }]);
         g
     }
 
@@ -407,7 +409,7 @@ mod tests {
     #[test]
     fn a_step_back_within_the_bound_borrows_time_instead_of_refusing() {
         let mut g = Generator::new(small_layout(), 0, 10).unwrap();
-        g.set_windows(&[Window { worker: 1, floor: None, reserved: 1_000 }]);
+        g.set_windows(&[Window { slot: 1, floor: None, reserved: 1_000 }]);
         let first = small_layout().unpack(g.next_id(100).unwrap());
         // The clock steps back 8 ticks: minting goes on at 100, then 101, 102...
         let mut out = Vec::new();
@@ -431,17 +433,17 @@ mod tests {
     #[test]
     fn a_floor_within_the_bound_is_minted_above_at_once() {
         let mut g = Generator::new(layout(), 0, 3_000).unwrap();
-        g.set_windows(&[Window { worker: 4, floor: Some(2_900), reserved: 6_000 }]);
+        g.set_windows(&[Window { slot: 4, floor: Some(2_900), reserved: 6_000 }]);
         assert_eq!(layout().unpack(g.next_id(1_000).unwrap()).tick, 2_901);
         let mut g = Generator::new(layout(), 0, 3_000).unwrap();
-        g.set_windows(&[Window { worker: 4, floor: Some(5_000), reserved: 9_000 }]);
+        g.set_windows(&[Window { slot: 4, floor: Some(5_000), reserved: 9_000 }]);
         assert_eq!(
             g.next_id(1_000),
             Err(Blocked::Refuse { behind: 4_000, resume: 2_001, reason: RefuseReason::BelowFloor { floor: 5_000 } })
         );
         // Borrowing never passes the reservation.
         let mut g = Generator::new(layout(), 0, 3_000).unwrap();
-        g.set_windows(&[Window { worker: 4, floor: Some(2_900), reserved: 2_900 }]);
+        g.set_windows(&[Window { slot: 4, floor: Some(2_900), reserved: 2_900 }]);
         assert_eq!(g.next_id(1_000), Err(Blocked::Fenced { tick: 2_901, reserved: 2_900 }));
     }
 
@@ -449,7 +451,7 @@ mod tests {
     #[test]
     fn an_exhausted_tick_waits_even_under_the_hybrid_policy() {
         let mut g = Generator::new(small_layout(), 0, 10).unwrap();
-        g.set_windows(&[Window { worker: 1, floor: None, reserved: 1_000 }]);
+        g.set_windows(&[Window { slot: 1, floor: None, reserved: 1_000 }]);
         let mut out = Vec::new();
         let blocked = g.fill(50, &mut out, 5).unwrap_err();
         assert_eq!(out.len(), 4);
@@ -460,8 +462,8 @@ mod tests {
     fn several_slots_fill_each_tick_in_worker_order() {
         let mut g = Generator::new(small_layout(), 5, 0).unwrap();
         g.set_windows(&[
-            Window { worker: 4, floor: None, reserved: 1_000 },
-            Window { worker: 1, floor: None, reserved: 1_000 },
+            Window { slot: 4, floor: None, reserved: 1_000 },
+            Window { slot: 1, floor: None, reserved: 1_000 },
         ]);
         let mut out = Vec::new();
         assert_eq!(
@@ -534,9 +536,9 @@ mod tests {
             let mut windows: Vec<Window> = floors
                 .iter()
                 .enumerate()
-                .map(|(i, &floor)| Window { worker: (i as u64 * 3) & layout.max_worker(), floor, reserved: start + 100 })
+                .map(|(i, &floor)| Window { slot: ((i as u64 * 3) & layout.max_worker()) as Slot, floor, reserved: start + 100 })
                 .collect();
-            windows.dedup_by_key(|w| w.worker);
+            windows.dedup_by_key(|w| w.slot);
             g.set_windows(&windows);
             let mut now = start as i64;
             let mut issued: Vec<u64> = Vec::new();
@@ -549,7 +551,7 @@ mod tests {
                     Step::Extend(slot, by) => {
                         if let Some(w) = windows.get_mut(slot) {
                             w.reserved = w.reserved.max(now as u64 + by);
-                            g.extend_reservation(w.worker, w.reserved);
+                            g.extend_reservation(w.slot, w.reserved);
                         }
                         Ok(())
                     }
@@ -567,7 +569,7 @@ mod tests {
                 }
                 for &id in &issued[before..] {
                     let parts = layout.unpack(id);
-                    let window = windows.iter().find(|w| w.worker == parts.worker);
+                    let window = windows.iter().find(|w| u64::from(w.slot) == parts.worker);
                     prop_assert!(window.is_some(), "minted for a slot not held");
                     let window = window.unwrap();
                     prop_assert!(parts.tick <= now as u64 + max_ahead, "minted a tick further ahead of the clock than the bound");

@@ -7,12 +7,13 @@
 //! that, and only when it is known. While it mints, it reports how far it has got
 //! ([`Progress`]), so the keeper extends reservations as far as minting needs.
 
+use crate::layout::Slot;
 use std::time::Duration;
 
-/// One slot (worker ID) held, and the window it may mint in.
+/// One slot held, and the window it may mint in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotGrant {
-    pub worker_id: u32,
+    pub slot: Slot,
     /// Changes with every claim of this slot (the history records it as the claim's number).
     /// The minter keeps one generator for the life of the process: a new claim gives the
     /// slot a new window, and the generator's cursor keeps this process's own IDs apart.
@@ -47,7 +48,7 @@ pub enum Holding {
 /// The slots held under one claim of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    /// In ascending worker order; never empty.
+    /// In ascending slot order; never empty.
     pub slots: Vec<SlotGrant>,
     /// Changes whenever the set of claims changes (a slot taken, lost or re-claimed), never
     /// for a mere extension or renewal. A response is filled under one generation only.
@@ -76,18 +77,18 @@ impl Holding {
 pub enum Minted {
     /// The minter stopped cleanly: for each slot it minted on, nothing past this Unix ms
     /// was minted. A slot not listed minted nothing.
-    UpTo(Vec<(u32, i64)>),
+    UpTo(Vec<(Slot, i64)>),
     /// The minter failed, or never reported: what it minted is unknown, so the saved
     /// reservations must stay as they are.
     Unknown,
 }
 
 impl Minted {
-    /// The last Unix ms minted on `worker_id`: `Some(None)` when nothing was, `None` when
+    /// The last Unix ms minted on `slot`: `Some(None)` when nothing was, `None` when
     /// what was minted is unknown.
-    pub fn last_ms(&self, worker_id: u32) -> Option<Option<i64>> {
+    pub fn last_ms(&self, slot: Slot) -> Option<Option<i64>> {
         match self {
-            Minted::UpTo(slots) => Some(slots.iter().find(|(w, _)| *w == worker_id).map(|(_, ms)| *ms)),
+            Minted::UpTo(slots) => Some(slots.iter().find(|(w, _)| *w == slot).map(|(_, ms)| *ms)),
             Minted::Unknown => None,
         }
     }
@@ -99,5 +100,5 @@ pub struct Progress {
     /// The minting time, Unix ms: reservations reach ahead of it.
     pub mint_ms: Option<i64>,
     /// Per slot, the last Unix ms minted.
-    pub slots: Vec<(u32, i64)>,
+    pub slots: Vec<(Slot, i64)>,
 }

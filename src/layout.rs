@@ -58,6 +58,11 @@ pub struct Layout {
     pub order: FieldOrder,
 }
 
+/// A slot: one value of the worker field, what the keeper claims and the generator mints
+/// under. Every layout snowmint mints with has at most 20 worker bits ([`WORKER_BITS`]), so a
+/// slot always fits; [`Parts::worker`] is the field as any layout decodes it.
+pub type Slot = u32;
+
 /// The three fields of an ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parts {

@@ -28,16 +28,17 @@ use crate::history::etcd::EtcdBook;
 use crate::history::file::FileBook;
 use crate::history::recorder::{self, RecorderConfig, RecorderHandle, Tap};
 use crate::history::{Book, Holder};
-use crate::keeper::{self, DriverConfig, KeeperConfig, KeeperHandle, SlotPolicy, StartError};
+use crate::keeper::{self, KeeperConfig, SlotPolicy};
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
-use crate::minter::{self, MinterConfig, MinterLinks, Readiness};
+use crate::minter::{MinterConfig, Readiness};
+use crate::node::{self, DriverConfig, KeeperHandle, MinterLinks, StartError};
 use crate::opaque::Keyring;
 use crate::proto::id_service_server::IdServiceServer;
 pub use crate::rpc::Limits;
 use crate::rpc::calls::Counted;
 use crate::rpc::connect::Connect;
-use crate::rpc::direct::DirectNextId;
+use crate::rpc::direct::Direct;
 use crate::rpc::dispatch::Paths;
 use crate::rpc::{SERVICE_NAME, Service};
 use crate::store::StoreError;
@@ -45,9 +46,9 @@ use crate::store::alarm::{Alarm, AlarmWatch};
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::file::{FileStore, StandaloneConfig};
 
-/// Where the worker ID comes from.
+/// Where the slots come from: a static list and its state files, or leases from etcd.
 #[derive(Debug, Clone)]
-pub enum WorkerConfig {
+pub enum SlotSource {
     Standalone(StandaloneConfig),
     Etcd(EtcdConfig),
 }
@@ -85,7 +86,7 @@ impl GrpcTls {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub layout: Layout,
-    pub worker: WorkerConfig,
+    pub slot_source: SlotSource,
     /// How far ahead of the minting time reservations reach.
     pub reservation_window: Duration,
     pub max_batch: u32,
@@ -229,14 +230,14 @@ struct History {
 /// without minting.
 async fn start_history(config: &ServeConfig, clock: &Arc<dyn Clock>, metrics: &Metrics) -> Option<(Tap, History)> {
     let retention = config.history_retention?;
-    let (book, hostname, leased, held): (Arc<dyn Book>, String, bool, usize) = match &config.worker {
-        WorkerConfig::Standalone(standalone) => (
+    let (book, hostname, leased, held): (Arc<dyn Book>, String, bool, usize) = match &config.slot_source {
+        SlotSource::Standalone(standalone) => (
             Arc::new(FileBook::new(&standalone.state_dir)),
             crate::store::etcd::hostname(),
             false,
-            standalone.worker_ids.len(),
+            standalone.slots.len(),
         ),
-        WorkerConfig::Etcd(etcd) => match EtcdBook::connect(etcd).await {
+        SlotSource::Etcd(etcd) => match EtcdBook::connect(etcd).await {
             Ok(book) => (Arc::new(book), etcd.hostname.clone(), true, etcd.slots),
             Err(error) => {
                 metrics.history_writes.with_label_values(&[crate::metrics::RESULT_FAILED]).inc();
@@ -285,23 +286,23 @@ async fn start_keeper(
         metrics: metrics.clone(),
         observer: history.clone().map(|tap| Arc::new(tap) as Arc<dyn keeper::Observe>),
     };
-    let started = match &config.worker {
-        WorkerConfig::Standalone(standalone) => {
+    let started = match &config.slot_source {
+        SlotSource::Standalone(standalone) => {
             let store = FileStore::open(standalone, &config.layout)?;
-            let policy = SlotPolicy::Fixed(standalone.worker_ids.clone());
+            let policy = SlotPolicy::Fixed(standalone.slots.clone());
             // A state file write is an fsync or two: seconds only on a disk in trouble.
             let driver = driver(Duration::from_secs(5), Duration::from_secs(30));
-            keeper::start(store, keeper_config(policy, Duration::MAX), driver).await
+            node::start_keeper(store, keeper_config(policy, Duration::MAX), driver).await
         }
-        WorkerConfig::Etcd(etcd) => {
+        SlotSource::Etcd(etcd) => {
             let store = EtcdStore::connect(etcd, &config.layout, clock.wall_ms()).await?.report_alarms(alarms.clone());
             let policy = SlotPolicy::Leased { count: etcd.slots, preferred: etcd.preferred() };
             let driver = driver(etcd.call_timeout(), etcd.start_timeout);
-            keeper::start(store, keeper_config(policy, etcd.lease_ttl), driver).await
+            node::start_keeper(store, keeper_config(policy, etcd.lease_ttl), driver).await
         }
     };
-    started.map_err(|e| match (&config.worker, e) {
-        (WorkerConfig::Etcd(etcd), StartError::Keeper(keeper::KeeperError::AllTaken { slots, held, wanted })) => {
+    started.map_err(|e| match (&config.slot_source, e) {
+        (SlotSource::Etcd(etcd), StartError::Keeper(keeper::KeeperError::AllTaken { slots, held, wanted })) => {
             let need = if wanted > 1 {
                 format!(
                     "; this instance needs {wanted} (--slots {wanted}) and found {held} free, and {} instances of {wanted} slots fit in all",
@@ -315,7 +316,7 @@ async fn start_keeper(
                 etcd.prefix, config.layout.worker_bits
             ))
         }
-        (WorkerConfig::Etcd(_), StartError::Timeout { last, .. }) => match Alarm::in_error(&last) {
+        (SlotSource::Etcd(_), StartError::Timeout { last, .. }) => match Alarm::in_error(&last) {
             Some(alarm) => ServeError::Claim(format!("etcd refuses to start a claim: {}; last error: {last}", alarm.explain())),
             None => ServeError::Claim(format!("cannot reach etcd: {last}")),
         },
@@ -379,7 +380,7 @@ pub async fn run(
         max_wait: config.max_wait,
         fair_quantum: config.fair_quantum,
     };
-    let (mint, readiness, minter_task) = minter::spawn(
+    let (mint, readiness, minter_task) = node::spawn_minter(
         minter_config,
         config.max_outstanding_ids,
         clock.clone(),
@@ -433,7 +434,7 @@ pub async fn run(
         .add_service(grpc_ids)
         .prepare();
     let paths = Arc::new(Paths {
-        direct: DirectNextId::new(service.clone(), &metrics, limits.max_request_bytes),
+        direct: Direct::new(service.clone(), &metrics, limits.max_request_bytes),
         routes,
         connect: Arc::new(Connect::new(service, &metrics, limits.max_request_bytes)),
         request_timeout: limits.request_timeout,
@@ -454,12 +455,12 @@ pub async fn run(
     };
     // etcd mode: the compaction of etcd's history and the alarm polls, beside the keeper and
     // never in its way; ended by the shutdown token.
-    let upkeep = match &config.worker {
-        WorkerConfig::Etcd(etcd) => {
+    let upkeep = match &config.slot_source {
+        SlotSource::Etcd(etcd) => {
             let seed = (clock.wall_us() as u64).rotate_left(17) ^ u64::from(std::process::id());
             crate::upkeep::spawn(etcd, seed, clock.clone(), metrics.clone(), alarms, shutdown.clone()).await
         }
-        WorkerConfig::Standalone(_) => None,
+        SlotSource::Standalone(_) => None,
     };
     tracing::info!(
         %grpc_addr,

@@ -20,9 +20,10 @@ use common::{
 };
 use snowmint::clock::{Clock, SystemClock};
 use snowmint::grant::Minted;
-use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
+use snowmint::keeper::{self, KeeperConfig, SlotPolicy};
 use snowmint::layout::Layout;
 use snowmint::metrics::Metrics;
+use snowmint::node::{self, KeeperHandle};
 use snowmint::proto::BatchIdsRequest;
 use snowmint::store::etcd::EtcdStore;
 use tonic_health::pb::HealthCheckRequest;
@@ -597,14 +598,14 @@ async fn start_keeper(
         fence_window_ms: keeper::fence_window_ms(config.lease_ttl, Duration::from_secs(10), 3_000, Some(30_000)),
         max_clock_drift_ms: 10_000,
     };
-    let driver = keeper::DriverConfig {
+    let driver = node::DriverConfig {
         call_timeout: config.call_timeout(),
         start_timeout: Duration::from_secs(20),
         clock,
         metrics: Metrics::new(),
         observer: None,
     };
-    keeper::start(store, keeper_config, driver).await.map_err(|e| e.to_string())
+    node::start_keeper(store, keeper_config, driver).await.map_err(|e| e.to_string())
 }
 
 /// Against the real etcd: the fleet's clock check counts each instance

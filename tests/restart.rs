@@ -262,7 +262,10 @@ async fn a_reservation_that_cannot_be_written_is_minted_up_to_then_refused_until
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
-    assert!(refusal.message().contains("reservation"), "{}", refusal.message());
+    // Refused for the reservation; or, when the minter's pass comes after the call's deadline
+    // on a loaded machine (the call waited for a write that does not land), for the deadline.
+    let message = refusal.message();
+    assert!(message.contains("reservation") || message.contains("before the call's deadline"), "{message}");
     assert!(!minted.is_empty(), "nothing minted inside the reservation on disk");
     for &id in &minted {
         let ms = layout.tick_end_ms(layout.unpack(id).tick);
@@ -351,4 +354,16 @@ async fn several_static_worker_ids_fill_ticks_in_order_and_restart_past_each() {
     let after = next_id_eventually(&mut client, Duration::from_secs(10)).await;
     assert!(after > *before.last().unwrap(), "the restart went back");
     let _ = again.drain_logs();
+}
+
+/// The log lines keep the field names they were published with, whatever the code calls the
+/// concept: a slot is `worker_id` in them, as in the API and the metrics.
+#[tokio::test]
+async fn the_slot_taken_line_names_the_slot_worker_id() {
+    let server = ServerBuilder::new().args(["--worker-id", "5"]);
+    let mut process = server.spawn();
+    let lines = process.wait_for_log("slot taken", Duration::from_secs(5)).await;
+    let line = lines.iter().find(|line| line.contains("slot taken")).expect("waited for");
+    let json: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(json["worker_id"], 5, "{line}");
 }

@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 
 use super::{Entry, Record};
-use crate::layout::rfc3339_ms;
+use crate::layout::{Slot, rfc3339_ms};
 
 /// A broken hand-over rule, naming both records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    pub slot: u32,
+    pub slot: Slot,
     /// The earlier claim (or the window that starts first).
     pub earlier: Entry,
     pub later: Entry,
@@ -77,9 +77,9 @@ impl Report {
 
 /// Audits `entries` (any order, any slots).
 pub fn audit(entries: &[Entry]) -> Report {
-    let mut by_slot: BTreeMap<u32, Vec<&Entry>> = BTreeMap::new();
+    let mut by_slot: BTreeMap<Slot, Vec<&Entry>> = BTreeMap::new();
     for entry in entries {
-        by_slot.entry(entry.record.worker_id).or_default().push(entry);
+        by_slot.entry(entry.record.slot).or_default().push(entry);
     }
     let mut report = Report {
         slots: by_slot.len(),

@@ -7,6 +7,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use tokio::sync::Mutex;
 
 use super::{Book, Entry, HistoryError, Record};
+use crate::layout::Slot;
 use crate::store::etcd::{Endpoints, EtcdConfig};
 
 /// The history under one etcd prefix, on its own connections (never the keeper's).
@@ -22,7 +23,7 @@ impl EtcdBook {
         Ok(EtcdBook { prefix: config.prefix.clone(), etcd: Mutex::new(etcd) })
     }
 
-    fn slot_prefix(&self, slot: Option<u32>) -> String {
+    fn slot_prefix(&self, slot: Option<Slot>) -> String {
         match slot {
             Some(slot) => format!("{}/history/{slot}/", self.prefix),
             None => format!("{}/history/", self.prefix),
@@ -30,7 +31,7 @@ impl EtcdBook {
     }
 
     fn key(&self, record: &Record) -> String {
-        format!("{}{}", self.slot_prefix(Some(record.worker_id)), record.name())
+        format!("{}{}", self.slot_prefix(Some(record.slot)), record.name())
     }
 
     /// The records under `prefix`, the oldest first; at most `limit`.
@@ -101,7 +102,7 @@ impl Book for EtcdBook {
         Ok(response.succeeded())
     }
 
-    async fn list(&self, slot: Option<u32>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
+    async fn list(&self, slot: Option<Slot>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
         let mut entries = Vec::new();
         let mut unreadable = Vec::new();
         for kv in self.get(self.slot_prefix(slot), None).await? {
@@ -111,11 +112,11 @@ impl Book for EtcdBook {
             }
         }
         // Keys sort as text: slot 10 before slot 2. Order by slot number, then name.
-        entries.sort_by(|a, b| (a.record.worker_id, &a.location).cmp(&(b.record.worker_id, &b.location)));
+        entries.sort_by(|a, b| (a.record.slot, &a.location).cmp(&(b.record.slot, &b.location)));
         Ok((entries, unreadable))
     }
 
-    async fn prune(&self, slot: u32, before_ms: i64, limit: usize) -> Result<usize, HistoryError> {
+    async fn prune(&self, slot: Slot, before_ms: i64, limit: usize) -> Result<usize, HistoryError> {
         let mut pruned = 0;
         for kv in self.get(self.slot_prefix(Some(slot)), Some(limit)).await? {
             let Ok(entry) = parse(&kv) else { continue };

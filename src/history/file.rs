@@ -2,6 +2,7 @@
 //! `<state dir>/history/<slot>/<name>.json`, each replaced whole (written beside it, then
 //! renamed) so a crash leaves the old record or the new one, never half of one.
 
+use crate::layout::Slot;
 use std::path::{Path, PathBuf};
 
 use super::{Book, Entry, HistoryError, Record};
@@ -19,7 +20,7 @@ impl FileBook {
     }
 
     fn path(&self, record: &Record) -> PathBuf {
-        self.dir.join(record.worker_id.to_string()).join(format!("{}.json", record.name()))
+        self.dir.join(record.slot.to_string()).join(format!("{}.json", record.name()))
     }
 
     fn write(&self, record: &Record) -> Result<PathBuf, HistoryError> {
@@ -39,7 +40,7 @@ impl FileBook {
     }
 
     /// The record files of `slot` (every slot when `None`), sorted by slot and name.
-    fn files(&self, slot: Option<u32>) -> Result<Vec<PathBuf>, HistoryError> {
+    fn files(&self, slot: Option<Slot>) -> Result<Vec<PathBuf>, HistoryError> {
         let unavailable = |dir: &Path, e: std::io::Error| HistoryError::Unavailable(format!("{}: {e}", dir.display()));
         let slot_dirs = match slot {
             Some(slot) => vec![self.dir.join(slot.to_string())],
@@ -51,7 +52,7 @@ impl FileBook {
         };
         let mut files = Vec::new();
         for dir in slot_dirs {
-            let Some(slot) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(slot) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<Slot>().ok()) else {
                 continue;
             };
             match std::fs::read_dir(&dir) {
@@ -87,7 +88,7 @@ impl Book for FileBook {
         Ok(true)
     }
 
-    async fn list(&self, slot: Option<u32>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
+    async fn list(&self, slot: Option<Slot>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
         let mut entries = Vec::new();
         let mut unreadable = Vec::new();
         for path in self.files(slot)? {
@@ -99,7 +100,7 @@ impl Book for FileBook {
         Ok((entries, unreadable))
     }
 
-    async fn prune(&self, slot: u32, before_ms: i64, limit: usize) -> Result<usize, HistoryError> {
+    async fn prune(&self, slot: Slot, before_ms: i64, limit: usize) -> Result<usize, HistoryError> {
         let mut pruned = 0;
         for path in self.files(Some(slot))?.into_iter().take(limit) {
             if let Ok(record) = FileBook::read(&path)

@@ -18,6 +18,7 @@ pub mod etcd;
 pub mod file;
 pub mod recorder;
 
+use crate::layout::Slot;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -69,7 +70,9 @@ pub enum ClosedBy {
 /// One claim of one slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
-    pub worker_id: u32,
+    /// Stored under its first name, `worker_id`, which every record already written has.
+    #[serde(rename = "worker_id")]
+    pub slot: Slot,
     pub holder: Holder,
     /// The etcd lease the slot was held under; 0 in standalone mode.
     pub lease: i64,
@@ -145,9 +148,9 @@ pub trait Book: Send + Sync + 'static {
     async fn close(&self, record: &Record, closed: &Record) -> Result<bool, HistoryError>;
     /// Every record of `slot`, or of every slot, in slot and claim order. Unreadable
     /// records are left out, and returned as errors beside the rest.
-    async fn list(&self, slot: Option<u32>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError>;
+    async fn list(&self, slot: Option<Slot>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError>;
     /// Deletes up to `limit` of the oldest records of `slot` closed before `before_ms`.
-    async fn prune(&self, slot: u32, before_ms: i64, limit: usize) -> Result<usize, HistoryError>;
+    async fn prune(&self, slot: Slot, before_ms: i64, limit: usize) -> Result<usize, HistoryError>;
     /// Where the history lives, for messages.
     fn describe(&self) -> String;
 }
@@ -155,19 +158,19 @@ pub trait Book: Send + Sync + 'static {
 /// The record among `entries` whose window covers an ID of `slot` minted at `unix_ms`. By
 /// the hand-over rule at most one can; if the history says otherwise (a broken rule, a
 /// record edited by hand), the latest claim is returned and [`audit`] names the pair.
-pub fn covering(entries: &[Entry], slot: u32, unix_ms: i64) -> Option<&Entry> {
+pub fn covering(entries: &[Entry], slot: Slot, unix_ms: i64) -> Option<&Entry> {
     entries
         .iter()
-        .filter(|e| e.record.worker_id == slot && e.record.covers(unix_ms))
+        .filter(|e| e.record.slot == slot && e.record.covers(unix_ms))
         .max_by_key(|e| (e.record.claimed_at_ms, e.record.claim))
 }
 
 /// A record for tests: `pid`'s claim of `slot` at `claimed`, above `floor`, closed at
 /// `last` (open when `None`).
 #[cfg(test)]
-pub(crate) fn sample(slot: u32, pid: u32, claimed: i64, floor: i64, last: Option<i64>) -> Record {
+pub(crate) fn sample(slot: Slot, pid: u32, claimed: i64, floor: i64, last: Option<i64>) -> Record {
     Record {
-        worker_id: slot,
+        slot,
         holder: Holder {
             hostname: format!("host-{pid}"),
             pod: None,
@@ -188,12 +191,24 @@ pub(crate) fn sample(slot: u32, pid: u32, claimed: i64, floor: i64, last: Option
 /// `record` as an entry named after it, for tests.
 #[cfg(test)]
 pub(crate) fn sample_entry(record: Record) -> Entry {
-    Entry { location: format!("history/{}/{}", record.worker_id, record.name()), record }
+    Entry { location: format!("history/{}/{}", record.slot, record.name()), record }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records already written, in etcd or a state dir, name the slot `worker_id`: the code's
+    /// name for it may change, what is stored may not.
+    #[test]
+    fn a_record_is_stored_with_the_slot_under_worker_id() {
+        let record = sample(3, 10, 1_000, 900, Some(2_000));
+        let json: serde_json::Value = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["worker_id"], 3, "{json}");
+        assert!(json.get("slot").is_none(), "{json}");
+        let back: Record = serde_json::from_value(json).unwrap();
+        assert_eq!(back, record);
+    }
 
     #[test]
     fn a_window_is_above_the_floor_up_to_the_last_reservation() {

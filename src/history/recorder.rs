@@ -17,6 +17,7 @@ use super::{Book, ClosedBy, Holder, PRUNE_LIMIT, Record};
 use crate::clock::Clock;
 use crate::keeper::Event;
 use crate::keeper::Observe;
+use crate::layout::Slot;
 use crate::metrics::{Metrics, RESULT_DROPPED, RESULT_FAILED, RESULT_OK};
 
 /// Events waiting for the recorder beyond those of the slots held; past the queue's room,
@@ -123,14 +124,14 @@ struct Recorder {
     config: RecorderConfig,
     metrics: Metrics,
     lease: i64,
-    open: BTreeMap<u32, Open>,
+    open: BTreeMap<Slot, Open>,
     /// Records of slots this process lost, not closed yet: where their window ends is known
     /// once the slot is taken again by this process (a resumed claim goes on from where
     /// this one stopped minting), or at the stop; if the process dies first, the next
     /// holder closes them.
-    lost: BTreeMap<u32, Open>,
+    lost: BTreeMap<Slot, Open>,
     /// The final reservations saved on the way out.
-    finals: BTreeMap<u32, i64>,
+    finals: BTreeMap<Slot, i64>,
 }
 
 impl Recorder {
@@ -181,9 +182,9 @@ impl Recorder {
         }
     }
 
-    async fn taken(&mut self, now: i64, slot: u32, claim: u64, floor_ms: i64, reserved_ms: i64) {
+    async fn taken(&mut self, now: i64, slot: Slot, claim: u64, floor_ms: i64, reserved_ms: i64) {
         let record = Record {
-            worker_id: slot,
+            slot,
             holder: self.config.holder.clone(),
             lease: self.lease,
             claim,
@@ -218,12 +219,12 @@ impl Recorder {
         // Bounded pruning: this slot's oldest records, and those of one other slot.
         let before = now - self.config.retention.as_millis() as i64;
         let other = (now as u64 ^ claim.rotate_left(17)) % self.config.slots.max(1);
-        for prune in [slot, other as u32] {
+        for prune in [slot, other as Slot] {
             match self.book.prune(prune, before, PRUNE_LIMIT).await {
                 Ok(n) => self.metrics.history_pruned.inc_by(n as u64),
                 Err(error) => self.failed("prune", &error.to_string()),
             }
-            if other as u32 == slot {
+            if other as Slot == slot {
                 break;
             }
         }
@@ -271,7 +272,7 @@ mod tests {
         }
     }
 
-    fn taken(slot: u32, claim: u64, floor: Option<i64>, reserved: i64) -> Event {
+    fn taken(slot: Slot, claim: u64, floor: Option<i64>, reserved: i64) -> Event {
         Event::SlotTaken {
             slot,
             claim,
@@ -424,10 +425,10 @@ mod tests {
         async fn close(&self, _: &Record, _: &Record) -> Result<bool, HistoryError> {
             Ok(true)
         }
-        async fn list(&self, _: Option<u32>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
+        async fn list(&self, _: Option<Slot>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
             Ok((Vec::new(), Vec::new()))
         }
-        async fn prune(&self, _: u32, _: i64, _: usize) -> Result<usize, HistoryError> {
+        async fn prune(&self, _: Slot, _: i64, _: usize) -> Result<usize, HistoryError> {
             Ok(0)
         }
         fn describe(&self) -> String {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::defects::{self, Defect};
 use crate::grant::{Grant, Holding, Minted, SlotGrant};
-use crate::layout::{Layout, rfc3339_ms};
+use crate::layout::{Layout, Slot, rfc3339_ms};
 use crate::store::{
     Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version, Write,
 };
@@ -34,9 +34,9 @@ pub struct Now {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotPolicy {
     /// Exactly these worker IDs (standalone mode: a static ID and its state file).
-    Fixed(Vec<u32>),
+    Fixed(Vec<Slot>),
     /// `count` free slots of the layout, the `preferred` ones first when free.
-    Leased { count: usize, preferred: Vec<u32> },
+    Leased { count: usize, preferred: Vec<Slot> },
 }
 
 /// The keeper's settings.
@@ -88,7 +88,7 @@ pub enum KeeperError {
     #[error(
         "{location} holds {reason}; it is never overwritten: fix or remove it by hand once no instance minted for slot {slot} past the time it meant"
     )]
-    Corrupt { slot: u32, location: String, reason: String },
+    Corrupt { slot: Slot, location: String, reason: String },
     #[error("{0}")]
     FleetSkew(String),
 }
@@ -128,7 +128,7 @@ pub enum Event {
         slots: u64,
     },
     SlotTaken {
-        slot: u32,
+        slot: Slot,
         claim: u64,
         floor_ms: Option<i64>,
         reserved_ms: i64,
@@ -141,7 +141,7 @@ pub enum Event {
         minted_ms: Option<i64>,
     },
     SlotLost {
-        slot: u32,
+        slot: Slot,
         reason: LossReason,
     },
     /// No free slot was found; the keeper retries.
@@ -156,7 +156,7 @@ pub enum Event {
     DeadlinePassed,
     /// Each slot written, with its new reservation (Unix ms).
     ReservationsWritten {
-        slots: Vec<(u32, i64)>,
+        slots: Vec<(Slot, i64)>,
     },
     ReservationWriteFailed {
         error: String,
@@ -167,7 +167,7 @@ pub enum Event {
         error: String,
     },
     Corrupt {
-        slot: u32,
+        slot: Slot,
         location: String,
         reason: String,
     },
@@ -180,7 +180,7 @@ pub enum Event {
     },
     /// A fence (this instance's or the fleet's) raised the floor of `slot`.
     SlotFenced {
-        slot: u32,
+        slot: Slot,
         until_ms: i64,
         reason: String,
     },
@@ -190,7 +190,7 @@ pub enum Event {
     },
     /// The final (shrunk) reservation of each slot written, Unix ms.
     FinalSaved {
-        slots: Vec<(u32, i64)>,
+        slots: Vec<(Slot, i64)>,
     },
     /// The final reservation was left as it is, and why.
     FinalKept {
@@ -199,10 +199,10 @@ pub enum Event {
     Closed,
 }
 
-/// The state of one claimed slot.
+/// The state of one claimed slot (its number is `id`).
 #[derive(Debug, Clone)]
-struct Slot {
-    id: u32,
+struct Claimed {
+    id: Slot,
     claim: u64,
     phase: Phase,
     /// The stored reservation's version as last known; `None` while a write of unknown
@@ -273,7 +273,7 @@ struct InFlight {
 /// The free slots as the last listing showed them.
 #[derive(Debug, Clone, Default)]
 struct Listing {
-    taken: BTreeSet<u32>,
+    taken: BTreeSet<Slot>,
 }
 
 #[derive(Debug, Clone)]
@@ -290,16 +290,16 @@ pub struct Keeper {
     config: KeeperConfig,
     rng: u64,
     session: Option<Session>,
-    slots: Vec<Slot>,
+    slots: Vec<Claimed>,
     /// Per slot ID, this instance's last confirmed reservation write: a re-claim that finds
     /// it unchanged resumes instead of waiting out its own reservation.
-    own_writes: BTreeMap<u32, OwnWrite>,
+    own_writes: BTreeMap<Slot, OwnWrite>,
     /// Slots held before and lost: tried first when claiming again.
-    lost: Vec<u32>,
+    lost: Vec<Slot>,
     /// Slots found corrupt: never claimed again by this instance.
-    excluded: BTreeSet<u32>,
+    excluded: BTreeSet<Slot>,
     /// Slots bound to this session that it does not use: given back.
-    to_release: Vec<u32>,
+    to_release: Vec<Slot>,
     listing: Option<Listing>,
     in_flight: Option<InFlight>,
     next_request_id: u64,
@@ -314,9 +314,9 @@ pub struct Keeper {
     /// The latest minting time the minter reported, Unix ms.
     mint_ms: Option<i64>,
     /// The last per-slot progress the minter reported.
-    progress: Vec<(u32, i64)>,
+    progress: Vec<(Slot, i64)>,
     /// Per slot, the latest minting time the minter ever reported on it in this process.
-    minted_on: BTreeMap<u32, i64>,
+    minted_on: BTreeMap<Slot, i64>,
     /// The minter found itself past the reservation: extend as soon as possible.
     extend_asap: bool,
     /// When the fleet's slots are next counted (etcd mode, once started).
@@ -520,7 +520,7 @@ impl Keeper {
 
     /// The minter reports how far minting has got: its minting time, and per slot the last
     /// Unix ms minted. Reservations reach ahead of the minting time.
-    pub fn handle_progress(&mut self, mint_ms: i64, slots: Vec<(u32, i64)>) {
+    pub fn handle_progress(&mut self, mint_ms: i64, slots: Vec<(Slot, i64)>) {
         self.mint_ms = Some(self.mint_ms.map_or(mint_ms, |m| m.max(mint_ms)));
         for &(slot, ms) in &slots {
             let last = self.minted_on.entry(slot).or_insert(ms);
@@ -677,7 +677,7 @@ impl Keeper {
     }
 
     fn sample_request(&mut self, session: SessionId) -> Request {
-        let from = (self.random() % self.slot_count()) as u32;
+        let from = (self.random() % self.slot_count()) as Slot;
         Request::SampleClocks { session, from, limit: SAMPLE_PEERS }
     }
 
@@ -726,7 +726,7 @@ impl Keeper {
     /// of the fleet: one with a bad clock could stop the healthy ones, or, beside the slots of
     /// its own earlier run (under another session), pass itself.
     fn votes(&self, clocks: Vec<PeerClock>) -> Vec<i64> {
-        let own: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        let own: BTreeSet<Slot> = self.slots.iter().map(|s| s.id).collect();
         let session = self.session.as_ref().map(|s| s.id);
         let mut by_holder: BTreeMap<SessionId, Vec<i64>> = BTreeMap::new();
         for clock in clocks.into_iter().filter(|c| !own.contains(&c.slot) && Some(c.holder) != session) {
@@ -751,7 +751,7 @@ impl Keeper {
     }
 
     fn next_claim_request(&mut self, session: SessionId) -> Request {
-        let held: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
+        let held: BTreeSet<Slot> = self.slots.iter().map(|s| s.id).collect();
         if let SlotPolicy::Fixed(ids) = &self.config.policy {
             let slot = *ids.iter().find(|id| !held.contains(id)).expect("wants more slots");
             return Request::Claim { session, slot };
@@ -759,16 +759,16 @@ impl Keeper {
         let Some(listing) = &self.listing else {
             return Request::ListSlots { session };
         };
-        let free = |id: &u32| !listing.taken.contains(id) && !held.contains(id) && !self.excluded.contains(id);
+        let free = |id: &Slot| !listing.taken.contains(id) && !held.contains(id) && !self.excluded.contains(id);
         let SlotPolicy::Leased { preferred, .. } = &self.config.policy else { unreachable!() };
         let slots = self.slot_count();
         // The slots lost before come first (a re-claim gets its slot back when it can), then
         // the configured preference (a StatefulSet ordinal), then any free one at random, so
         // that instances starting together rarely race for the same slot.
         let first = self.lost.iter().chain(preferred).copied().find(|id| u64::from(*id) < slots && free(id));
-        let candidates: Vec<u32> = match first {
+        let candidates: Vec<Slot> = match first {
             Some(slot) => vec![slot],
-            None => (0..slots as u32).filter(free).collect(),
+            None => (0..slots as Slot).filter(free).collect(),
         };
         if candidates.is_empty() {
             // The listing shows nothing free: list again to see whether slots were freed.
@@ -781,7 +781,7 @@ impl Keeper {
 
     fn next_read_request(&self) -> Option<Request> {
         // At most one transaction's worth; the rest go in the next requests.
-        let slots: Vec<u32> = self
+        let slots: Vec<Slot> = self
             .slots
             .iter()
             .filter(|s| s.phase == Phase::NeedFloor || s.version.is_none())
@@ -804,7 +804,7 @@ impl Keeper {
     }
 
     /// What a slot's reservation is measured from: the minting time, never below its floor.
-    fn extension_base(&self, now: Now, slot: &Slot) -> i64 {
+    fn extension_base(&self, now: Now, slot: &Claimed) -> i64 {
         self.base_ms(now).max(slot.floor_ms.unwrap_or(i64::MIN))
     }
 
@@ -814,7 +814,7 @@ impl Keeper {
     /// reach further ahead of the clock than any fence counts on, compounding at each fenced
     /// claim (a fence window past now covers every reservation within the drift bound and a
     /// window of a clock; simulator seed 179620463618 lost such a reservation to a restore).
-    fn target_ms(&self, now: Now, slot: &Slot) -> i64 {
+    fn target_ms(&self, now: Now, slot: &Claimed) -> i64 {
         let reach = self.config.max_clock_drift_ms.max(self.config.window_ms);
         // Never below where this process's own minting stands (a resumed claim's floor can
         // be below it: simulator seed 179620722983).
@@ -828,7 +828,7 @@ impl Keeper {
     }
 
     /// Whether `slot` needs a reservation write now.
-    fn needs_write(&self, now: Now, slot: &Slot) -> bool {
+    fn needs_write(&self, now: Now, slot: &Claimed) -> bool {
         if slot.version.is_none() {
             return false;
         }
@@ -864,12 +864,12 @@ impl Keeper {
 
     /// Whether `slot`'s next write only marks it idle: the minter minted nothing lately and
     /// has not asked for more.
-    fn idle_write(&self, now: Now, slot: &Slot) -> bool {
+    fn idle_write(&self, now: Now, slot: &Claimed) -> bool {
         slot.phase == Phase::Granted && !slot.repair && !self.extend_asap && !self.minting_lately(now)
     }
 
     fn next_write_request(&mut self, session: SessionId, now: Now) -> Option<Request> {
-        let mut due: Vec<&Slot> = self.slots.iter().filter(|slot| self.needs_write(now, slot)).collect();
+        let mut due: Vec<&Claimed> = self.slots.iter().filter(|slot| self.needs_write(now, slot)).collect();
         if due.is_empty() {
             return None;
         }
@@ -1069,7 +1069,7 @@ impl Keeper {
         self.events.push_back(Event::SessionOpened { session, ttl });
     }
 
-    fn listed(&mut self, now: Now, taken: Vec<u32>, ours: Vec<u32>) {
+    fn listed(&mut self, now: Now, taken: Vec<Slot>, ours: Vec<Slot>) {
         let slots = self.slot_count();
         self.events.push_back(Event::SlotsListed { taken: taken.len(), slots });
         // A slot that already carries this session is this instance's: a claim whose reply
@@ -1084,10 +1084,10 @@ impl Keeper {
                 self.to_release.push(slot);
             }
         }
-        let held: BTreeSet<u32> = self.slots.iter().map(|s| s.id).collect();
-        let taken: BTreeSet<u32> = taken.into_iter().collect();
+        let held: BTreeSet<Slot> = self.slots.iter().map(|s| s.id).collect();
+        let taken: BTreeSet<Slot> = taken.into_iter().collect();
         let free =
-            (0..slots as u32).filter(|id| !taken.contains(id) && !held.contains(id) && !self.excluded.contains(id));
+            (0..slots as Slot).filter(|id| !taken.contains(id) && !held.contains(id) && !self.excluded.contains(id));
         if self.wants_more_slots() && free.count() == 0 {
             self.no_free_slot(now);
             return;
@@ -1108,9 +1108,9 @@ impl Keeper {
         self.next_claim_at = Some(now.boot + self.jittered(MAX_BACKOFF));
     }
 
-    fn adopt(&mut self, slot: u32) {
+    fn adopt(&mut self, slot: Slot) {
         self.claims += 1;
-        self.slots.push(Slot {
+        self.slots.push(Claimed {
             id: slot,
             claim: self.claims,
             phase: Phase::NeedFloor,
@@ -1125,7 +1125,7 @@ impl Keeper {
         self.slots.sort_by_key(|s| s.id);
     }
 
-    fn claimed(&mut self, now: Now, session: SessionId, slot: u32, won: bool) {
+    fn claimed(&mut self, now: Now, session: SessionId, slot: Slot, won: bool) {
         if self.session.as_ref().is_none_or(|s| s.id != session) {
             return;
         }
@@ -1375,7 +1375,7 @@ impl Keeper {
         }
     }
 
-    fn written(&mut self, now: Now, writes: Vec<Write>, versions: Vec<(u32, Version)>) {
+    fn written(&mut self, now: Now, writes: Vec<Write>, versions: Vec<(Slot, Version)>) {
         let stopping = self.stopping.is_some();
         let mut newly = Vec::new();
         for write in &writes {
@@ -1426,7 +1426,7 @@ impl Keeper {
         self.publish();
     }
 
-    fn write_refused(&mut self, now: Now, writes: Vec<Write>, not_ours: Vec<u32>, current: Vec<SlotRead>) {
+    fn write_refused(&mut self, now: Now, writes: Vec<Write>, not_ours: Vec<Slot>, current: Vec<SlotRead>) {
         if self.stopping.is_some() {
             self.events.push_back(Event::FinalKept { why: "the reservation changed or the slot was lost" });
             return;
@@ -1489,7 +1489,7 @@ impl Keeper {
             return;
         }
         self.session = None;
-        let ids: Vec<u32> = self.slots.iter().map(|s| s.id).collect();
+        let ids: Vec<Slot> = self.slots.iter().map(|s| s.id).collect();
         for id in ids {
             self.lose(id, LossReason::SessionGone);
         }
@@ -1506,7 +1506,7 @@ impl Keeper {
         self.next_reconcile = Some(self.next_reconcile.map_or(first, |at| at.min(first)));
     }
 
-    fn lose(&mut self, id: u32, reason: LossReason) {
+    fn lose(&mut self, id: Slot, reason: LossReason) {
         let Some(index) = self.slots.iter().position(|s| s.id == id) else { return };
         let slot = self.slots.remove(index);
         if slot.phase == Phase::Granted {
@@ -1530,7 +1530,7 @@ impl Keeper {
             .iter()
             .filter(|s| s.phase == Phase::Granted)
             .map(|s| SlotGrant {
-                worker_id: s.id,
+                slot: s.id,
                 claim: s.claim,
                 floor_ms: s.floor_ms,
                 reserved_ms: s.confirmed_ms.expect("granted slots have a reservation"),
@@ -1758,7 +1758,7 @@ mod tests {
     fn a_failed_start_gives_back_what_it_claimed() {
         let mut k = keeper(SlotPolicy::Leased { count: 2, preferred: vec![] }, 3_000);
         exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(5)) });
-        let all_but_2: Vec<u32> = (0..1024).filter(|&s| s != 2).collect();
+        let all_but_2: Vec<Slot> = (0..1024).filter(|&s| s != 2).collect();
         exchange(&mut k, at(0), |_| Reply::Slots { taken: all_but_2, ours: vec![] });
         let claim = exchange(&mut k, at(0), |_| Reply::Claimed { slot: 2, won: true });
         assert_eq!(claim, Request::Claim { session: 77, slot: 2 });
@@ -1807,7 +1807,7 @@ mod tests {
     fn a_claim_that_commits_after_it_failed_is_given_back(outcome: Outcome, error: &str) {
         let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
         exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 77, ttl: Some(Duration::from_secs(3)) });
-        let taken: Vec<u32> = (0..1024).filter(|&s| s != 4 && s != 5).collect();
+        let taken: Vec<Slot> = (0..1024).filter(|&s| s != 4 && s != 5).collect();
         exchange(&mut k, at(0), |_| Reply::Slots { taken: taken.clone(), ours: vec![] });
         let claim = exchange(&mut k, at(0), |_| Reply::Failed { error: error.into(), outcome });
         let Request::Claim { slot: tried, .. } = claim else { panic!("{claim:?}") };
@@ -1857,7 +1857,7 @@ mod tests {
             k.handle_reply(at(now), id, reply);
         }
         assert_eq!(released, Some(tried), "the slot claimed late is given back, the one in use kept");
-        assert_eq!(granted(&mut k).slots.iter().map(|s| s.worker_id).collect::<Vec<_>>(), [other]);
+        assert_eq!(granted(&mut k).slots.iter().map(|s| s.slot).collect::<Vec<_>>(), [other]);
         assert!(now <= 2_000 + 3_000 + 500, "given back within a TTL of landing, at {now} ms");
     }
 
@@ -2345,7 +2345,7 @@ mod tests {
     /// in [`peer_clocks`].
     fn clocks_of(now: Now, holders: &[SessionId], offsets: &[i64]) -> Reply {
         let clock = |(i, (&holder, o)): (usize, (&SessionId, &i64))| PeerClock {
-            slot: 10 + i as u32,
+            slot: 10 + i as Slot,
             holder,
             wall_ms: now.wall_ms + o - 1_000,
         };
@@ -2534,7 +2534,7 @@ mod tests {
         largest_read: usize,
         largest_write: usize,
         /// Per slot, the reservation it holds.
-        stored: BTreeMap<u32, i64>,
+        stored: BTreeMap<Slot, i64>,
         closed: bool,
     }
 
@@ -2588,7 +2588,7 @@ mod tests {
     #[test]
     fn no_request_names_more_slots_than_one_transaction_carries() {
         for count in [1, 2, 25, 26, 64, 65, 128, 129, 1024] {
-            let all: Vec<u32> = (0..count as u32).collect();
+            let all: Vec<Slot> = (0..count as Slot).collect();
             let mut k = keeper(SlotPolicy::Leased { count, preferred: all.clone() }, 3_000);
             let mut store = Granting::default();
             store.answer_all(&mut k, at(0));

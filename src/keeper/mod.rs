@@ -3,7 +3,7 @@
 //!
 //! [`machine`] is a state machine with no I/O (clock readings, store replies and timer
 //! expiries in; store requests, the holding for the minter and events out), in the manner of
-//! quinn-proto and h2. [`driver`] runs it under tokio against a real [`crate::store::Store`];
+//! quinn-proto and h2. [`crate::node`] runs it under tokio against a real [`crate::store::Store`];
 //! the simulator (`crate::sim`, test builds) runs the very same machine against a model of
 //! the stores' documented behaviour.
 //!
@@ -34,10 +34,15 @@
 //! 8. One response is filled under one set of claims: a batch half filled when a claim
 //!    changes is dropped, never continued under the next.
 
-pub mod driver;
 pub mod machine;
 
-pub use driver::{DriverConfig, KeeperHandle, Observe, StartError, start};
 pub use machine::{
     Event, IDLE_AFTER_MS, Keeper, KeeperConfig, KeeperError, LossReason, Now, SlotPolicy, fence_window_ms,
 };
+
+/// What sees the keeper's events besides the logs and metrics: the slot history. Called
+/// before the holding an event comes with is published, so a claim is stamped no later than
+/// the first ID minted under it; it must never wait.
+pub trait Observe: Send + Sync {
+    fn observe(&self, event: &Event);
+}

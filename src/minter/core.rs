@@ -102,14 +102,12 @@
 use std::time::Duration;
 
 use super::error::{MintError, Readiness};
+use super::event::{ArrivalRefusal, ClockBackAction, Event, Method, Tally};
 pub use super::fair::ConnectionKey;
 use super::fair::{FairQueue, Round, Turn};
 use crate::generator::{Blocked, Generator, RefuseReason, WaitReason, Window};
 use crate::grant::{Grant, Holding, Minted};
-use crate::layout::{Layout, LayoutError, rfc3339_ms};
-use crate::metrics::{
-    ACTION_BORROWED, ACTION_REFUSED, ACTION_WAITED, BATCH_IDS, Metrics, NEXT_ID, REFUSED_DEADLINE, REFUSED_SATURATED,
-};
+use crate::layout::{Layout, LayoutError, Slot, rfc3339_ms};
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,11 +186,11 @@ impl<R> Pending<R> {
         }
     }
 
-    /// The method label of its queue wait.
-    fn method(&self) -> usize {
+    /// The method it answers, for its queue wait.
+    fn method(&self) -> Method {
         match self.ask {
-            Ask::One => 0,
-            Ask::Many(_) => 1,
+            Ask::One => Method::NextId,
+            Ask::Many(_) => Method::BatchIds,
         }
     }
 }
@@ -273,7 +271,6 @@ const FENCE_WAIT: Duration = Duration::from_millis(20);
 /// The minter's state.
 pub struct MinterCore<R> {
     config: MinterConfig,
-    metrics: Metrics,
     generator: Generator,
     /// The generation of the grant the generator's windows come from.
     generation: Option<u64>,
@@ -285,8 +282,8 @@ pub struct MinterCore<R> {
     /// whose deadline has passed only once it is later.
     deadlines_from: Duration,
     replies: Replies,
-    /// `snowmint_refused_on_arrival_total` by reason: saturated, deadline.
-    refused_on_arrival: [prometheus::IntCounter; 2],
+    /// Changes of state not yet polled.
+    events: std::collections::VecDeque<Event>,
     /// The boot-time instant of the last pass, to measure the waits of requests answered
     /// between passes (at shutdown).
     last_boot: Duration,
@@ -295,12 +292,17 @@ pub struct MinterCore<R> {
     /// Whether the minting time is ahead of the wall clock (borrowing), to log the start
     /// and the end of it once each.
     borrowing: bool,
+    /// How far the minting time is ahead of the wall clock, ms, as of the last pass.
+    drift_ms: i64,
     /// The last tick and action a clock step back was counted for, so one step counts once.
-    counted_back: Option<(u64, &'static str)>,
+    counted_back: Option<(u64, ClockBackAction)>,
     /// When the sequence last ran out, to add the wait to its counter once it is over.
     exhausted_since: Option<Duration>,
     /// The minter is past its reservation and asks the keeper to extend it now.
     wants_extension: bool,
+    /// Requests were refused in this pass because their deadlines had passed: at the
+    /// reservation's end, they were callers refused for it, and readiness says so.
+    expired_in_pass: bool,
     /// The tick minted at last, and how many IDs large asks took in it.
     tick_taken: (u64, u64),
     /// The last tick a small ask was served in: the reserve stays while they come.
@@ -311,32 +313,29 @@ pub struct MinterCore<R> {
 }
 
 impl<R: Responder> MinterCore<R> {
-    pub fn new(config: MinterConfig, metrics: Metrics) -> Result<MinterCore<R>, LayoutError> {
+    /// A core whose hot-path counts go to `tally`.
+    pub fn new(config: MinterConfig, tally: Box<dyn Tally>) -> Result<MinterCore<R>, LayoutError> {
         let ticks = |d: Duration| (d.as_millis() as u64) / config.layout.tick_ms;
         let generator =
             Generator::new(config.layout.clone(), ticks(config.max_clock_back), ticks(config.max_clock_drift))?;
-        metrics.clock_drift_bound_seconds.set(config.max_clock_drift.as_secs_f64());
-        let queue_wait = [NEXT_ID, BATCH_IDS].map(|method| metrics.queue_wait_seconds.with_label_values(&[method]));
-        let replies = Replies { queue_wait, discarded: metrics.ids_discarded.clone() };
-        let refused_on_arrival =
-            [REFUSED_SATURATED, REFUSED_DEADLINE].map(|reason| metrics.refused_on_arrival.with_label_values(&[reason]));
         Ok(MinterCore {
             pending: FairQueue::new(config.fair_quantum),
             config,
-            metrics,
             generator,
             generation: None,
             arrived: Vec::new(),
             deadlines_from: Duration::MAX,
-            replies,
-            refused_on_arrival,
+            replies: Replies { tally },
+            events: std::collections::VecDeque::new(),
             last_boot: Duration::ZERO,
             readiness: Readiness::NotServing(MintError::NoWorker("starting".into())),
             readiness_changed: false,
             borrowing: false,
+            drift_ms: 0,
             counted_back: None,
             exhausted_since: None,
             wants_extension: false,
+            expired_in_pass: false,
             tick_taken: (0, 0),
             small_served: None,
             store_trouble: None,
@@ -373,6 +372,21 @@ impl<R: Responder> MinterCore<R> {
         }
     }
 
+    /// The next change of state, in order.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Whether minting serves now (as of the last pass).
+    pub fn serving(&self) -> bool {
+        self.readiness == Readiness::Serving
+    }
+
+    /// How far the minting time is ahead of the wall clock, as of the last pass, in ms.
+    pub fn drift_ms(&self) -> i64 {
+        self.drift_ms
+    }
+
     /// Readiness, when it changed since the last call.
     pub fn poll_readiness(&mut self) -> Option<Readiness> {
         std::mem::take(&mut self.readiness_changed).then(|| self.readiness.clone())
@@ -386,7 +400,7 @@ impl<R: Responder> MinterCore<R> {
     /// What was minted, per slot: the Unix ms at the end of the last tick minted on each.
     pub fn minted(&self) -> Minted {
         let layout = &self.config.layout;
-        Minted::UpTo(self.generator.last_ticks().map(|(w, tick)| (w as u32, layout.tick_end_ms(tick))).collect())
+        Minted::UpTo(self.generator.last_ticks().map(|(slot, tick)| (slot, layout.tick_end_ms(tick))).collect())
     }
 
     /// The minting time: the end of the last tick minted, Unix ms.
@@ -401,7 +415,6 @@ impl<R: Responder> MinterCore<R> {
             self.replies.send(now, request, Err(error.clone()));
         }
         self.deadlines_from = Duration::MAX;
-        self.metrics.queue_length.set(0);
         self.set_readiness(Readiness::NotServing(error));
     }
 
@@ -416,12 +429,11 @@ impl<R: Responder> MinterCore<R> {
             Readiness::NotServing(why) => Some(std::mem::discriminant(why)),
         };
         if kind(&self.readiness) != kind(&readiness) {
-            match &readiness {
-                Readiness::Serving => tracing::info!("minting"),
-                Readiness::NotServing(why) => tracing::warn!(reason = %why, "minting refused"),
-            }
+            self.events.push_back(match &readiness {
+                Readiness::Serving => Event::Minting,
+                Readiness::NotServing(why) => Event::Refusing { why: why.clone() },
+            });
         }
-        self.metrics.minting.set(i64::from(readiness == Readiness::Serving));
         self.readiness = readiness;
         self.readiness_changed = true;
     }
@@ -440,21 +452,15 @@ impl<R: Responder> MinterCore<R> {
         let layout = &self.config.layout;
         let mint_ms = self.generator.last().map_or(i64::MIN, |l| layout.tick_start_ms(l.tick));
         let drift_ms = mint_ms.saturating_sub(now_ms).max(0);
-        self.metrics.clock_drift_seconds.set(drift_ms as f64 / 1000.0);
+        self.drift_ms = drift_ms;
         let borrowing = drift_ms > 0 && (self.borrowing || (minted && !self.config.max_clock_drift.is_zero()));
         if borrowing != self.borrowing {
             self.borrowing = borrowing;
-            if borrowing {
-                self.metrics.clock_backward.with_label_values(&[ACTION_BORROWED]).inc();
-                self.metrics.clock_backward_seconds.observe(drift_ms as f64 / 1000.0);
-                tracing::warn!(
-                    drift_ms,
-                    bound_ms = self.config.max_clock_drift.as_millis() as u64,
-                    "the wall clock is behind the minting time; minting goes on ahead of it, within the drift bound"
-                );
+            self.events.push_back(if borrowing {
+                Event::BorrowingStarted { drift_ms, bound_ms: self.config.max_clock_drift.as_millis() as u64 }
             } else {
-                tracing::info!("the wall clock has caught up with the minting time");
-            }
+                Event::BorrowingEnded
+            });
         }
     }
 
@@ -464,7 +470,7 @@ impl<R: Responder> MinterCore<R> {
             Holding::Unheld { reason } => return Err(MintError::NoWorker(reason.clone())),
             Holding::Held(grant) => grant,
         };
-        let first = grant.slots.first().map_or(0, |s| s.worker_id);
+        let first = grant.slots.first().map_or(0, |s| s.slot);
         // Invariant 4: the deadline is checked against the boot-time clock now, on every
         // pass, not trusted from a flag another task may not have updated after a pause.
         let clock = if crate::defects::active(crate::defects::Defect::DeadlineOnSuspendingClock) {
@@ -483,7 +489,7 @@ impl<R: Responder> MinterCore<R> {
             let Some(reserved) = layout.tick_at(slot.reserved_ms.saturating_add(1)).and_then(|t| t.checked_sub(1))
             else {
                 return Err(MintError::ReservationBehind {
-                    worker_id: slot.worker_id,
+                    slot: slot.slot,
                     reserved_until: rfc3339_ms(slot.reserved_ms),
                 });
             };
@@ -493,11 +499,11 @@ impl<R: Responder> MinterCore<R> {
             // floor: the generator's cursor only moves up. A floor before the epoch cannot
             // have been minted at: no floor then.
             let floor = slot.floor_ms.and_then(|ms| layout.tick_at(ms));
-            windows.push(Window { worker: slot.worker_id.into(), floor, reserved });
+            windows.push(Window { slot: slot.slot, floor, reserved });
         }
         if self.generation == Some(grant.generation) {
             for window in &windows {
-                self.generator.extend_reservation(window.worker, window.reserved);
+                self.generator.extend_reservation(window.slot, window.reserved);
             }
             return Ok(());
         }
@@ -511,39 +517,89 @@ impl<R: Responder> MinterCore<R> {
                 request.generation = grant.generation;
             }
         }
-        let workers: Vec<u32> = grant.slots.iter().map(|s| s.worker_id).collect();
-        tracing::info!(?workers, generation = grant.generation, "minting for workers");
+        let slots: Vec<Slot> = grant.slots.iter().map(|s| s.slot).collect();
+        self.events.push_back(Event::MintingFor { slots, generation: grant.generation });
         Ok(())
     }
 
     /// Serves what can be served at `now`, and says when to look again.
     pub fn pass(&mut self, now: Reading, holding: &Holding) -> Next {
         self.last_boot = now.boot;
-        let next = self.serve(now, holding);
-        self.metrics.queue_length.set(self.pending.len() as i64);
-        next
+        self.serve(now, holding)
     }
 
     fn serve(&mut self, now: Reading, holding: &Holding) -> Next {
+        self.expired_in_pass = false;
         let now_ms = now.wall_us.div_euclid(1000);
         if let Err(error) = self.sync_holding(holding, now) {
             self.refuse_all(self.blame_store(error));
             return Next::Idle;
         }
+        let tick = match self.tick_at(now, now_ms) {
+            Ok(tick) => tick,
+            Err(next) => return next,
+        };
+        let (round, minted) = self.mint_round(now, holding, tick);
+        let (blocked, held) = match round {
+            Round::Empty => (None, false),
+            Round::Held => (None, true),
+            Round::Blocked(why) => (Some(why), false),
+        };
+        self.note_drift(now_ms, minted);
+        if self.exhausted_since.is_some()
+            && !matches!(blocked, Some(Blocked::WaitUntil { reason: WaitReason::SequenceExhausted, .. }))
+        {
+            let since = self.exhausted_since.take().expect("checked");
+            self.events.push_back(Event::SequenceWaited { waited: now.boot.saturating_sub(since) });
+        }
+        // With nothing pending, ask the generator whether a request would be refused now.
+        let blocked = blocked.or_else(|| self.generator.probe(tick));
+        match blocked {
+            None if held => {
+                // Large asks wait for the next tick; the rest of this one is for small asks.
+                self.set_readiness(Readiness::Serving);
+                let at = self.instant_of_tick(tick + 1, now);
+                self.expire_before(at, || MintError::Deadline(format!("waiting for tick {}", tick + 1)));
+                Next::At(at)
+            }
+            None => {
+                self.set_readiness(Readiness::Serving);
+                self.deadline_wake(holding, now)
+            }
+            Some(Blocked::WaitUntil { tick: until, reason }) => self.wait_until(now, until, reason),
+            Some(Blocked::Refuse { behind, resume, reason }) => {
+                self.refuse_behind(now, holding, behind, resume, reason)
+            }
+            Some(Blocked::Fenced { reserved, .. }) => self.wait_for_reservation(now, holding, reserved),
+            Some(Blocked::NoSlot) => {
+                self.refuse_all(MintError::NoWorker("no slot is held".into()));
+                Next::Idle
+            }
+        }
+    }
+
+    /// The layout's tick at `now`, or what to do when there is none to mint at: before the
+    /// epoch (look again later) or past the layout's last tick (refuse for good).
+    fn tick_at(&mut self, now: Reading, now_ms: i64) -> Result<u64, Next> {
         let layout = &self.config.layout;
-        let tick = match layout.tick_at(now_ms) {
-            Some(tick) if tick <= layout.max_tick() => tick,
+        match layout.tick_at(now_ms) {
+            Some(tick) if tick <= layout.max_tick() => Ok(tick),
             Some(_) => {
                 let error = MintError::LayoutExhausted { expiry: rfc3339_ms(layout.expiry_ms()) };
                 self.refuse_all(error);
-                return Next::Idle;
+                Err(Next::Idle)
             }
             None => {
                 self.refuse_all(MintError::BeforeEpoch { now: rfc3339_ms(now_ms) });
-                return Next::At(now.boot + RECHECK);
+                Err(Next::At(now.boot + RECHECK))
             }
-        };
+        }
+    }
 
+    /// One round of the fair queue at `tick`: admits what arrived, mints for each request
+    /// its turn's share, and answers the complete ones. Says how the round ended and whether
+    /// anything was issued.
+    fn mint_round(&mut self, now: Reading, holding: &Holding, tick: u64) -> (Round<Blocked>, bool) {
         let generation = self.generation.unwrap_or(0);
         let mut minted = false;
         // Of each tick's IDs, a reserve is kept from large asks while small ones come, so a
@@ -562,7 +618,7 @@ impl<R: Responder> MinterCore<R> {
         let large_room = capacity.saturating_sub(reserve);
         let (taken, small_served) = (&mut self.tick_taken.1, &mut self.small_served);
         let generator = &mut self.generator;
-        let (replies, ids_issued) = (&self.replies, &self.metrics.ids_issued);
+        let replies = &self.replies;
         let round = self.pending.serve(
             |request, budget| {
                 request.generation = generation;
@@ -622,150 +678,132 @@ impl<R: Responder> MinterCore<R> {
                     Ids::Many(ids) => ids.len() as u64,
                 };
                 if replies.send(now.boot, request, Ok(ids)) {
-                    ids_issued.inc_by(count);
+                    replies.tally.issued(count);
                 }
                 minted = true;
             },
         );
-        let (blocked, held) = match round {
-            Round::Empty => (None, false),
-            Round::Held => (None, true),
-            Round::Blocked(why) => (Some(why), false),
-        };
-        self.note_drift(now_ms, minted);
-        if self.exhausted_since.is_some()
-            && !matches!(blocked, Some(Blocked::WaitUntil { reason: WaitReason::SequenceExhausted, .. }))
-        {
-            let since = self.exhausted_since.take().expect("checked");
-            self.metrics.sequence_wait_seconds.inc_by(now.boot.saturating_sub(since).as_secs_f64());
-        }
-        // With nothing pending, ask the generator whether a request would be refused now.
-        let blocked = blocked.or_else(|| self.generator.probe(tick));
-        match blocked {
-            None if held => {
-                // Large asks wait for the next tick; the rest of this one is for small asks.
-                self.set_readiness(Readiness::Serving);
-                let at = self.instant_of_tick(tick + 1, now);
-                self.expire_before(at, || MintError::Deadline(format!("waiting for tick {}", tick + 1)));
-                Next::At(at)
-            }
-            None => {
-                self.set_readiness(Readiness::Serving);
-                self.deadline_wake(holding, now)
-            }
-            Some(Blocked::WaitUntil { tick: until, reason }) => {
-                match reason {
-                    WaitReason::SequenceExhausted if self.has_pending() && self.exhausted_since.is_none() => {
-                        self.metrics.sequence_exhausted.inc();
-                        self.exhausted_since = Some(now.boot);
-                    }
-                    WaitReason::ClockBehind { behind } if self.has_pending() => {
-                        let last_tick = self.generator.last().map_or(0, |l| l.tick);
-                        self.count_step_back(last_tick, behind, ACTION_WAITED)
-                    }
-                    _ => {}
-                }
-                self.set_readiness(Readiness::Serving);
-                let at = self.instant_of_tick(until, now);
-                self.expire_before(at, || MintError::Deadline(format!("waiting for tick {until}")));
-                Next::At(at)
-            }
-            Some(Blocked::Refuse { behind, resume, reason }) => {
-                let layout = self.config.layout.clone();
-                let behind_ms = behind * layout.tick_ms;
-                let error = match reason {
-                    RefuseReason::ClockStepBack { last_tick } => {
-                        self.count_step_back(last_tick, behind, ACTION_REFUSED);
-                        MintError::ClockBehind { behind_ms, resume_at: rfc3339_ms(layout.tick_start_ms(resume)) }
-                    }
-                    RefuseReason::BelowFloor { floor } => {
-                        let fenced = holding.grant().and_then(|g| g.slots.iter().find(|s| s.fenced.is_some()));
-                        match fenced {
-                            Some(slot) => MintError::Fenced {
-                                worker_id: slot.worker_id,
-                                until: rfc3339_ms(layout.tick_end_ms(floor)),
-                                behind_ms,
-                                reason: slot.fenced.clone().unwrap_or_default(),
-                            },
-                            None => MintError::BelowFloor {
-                                worker_id: self.first_worker(holding),
-                                floor: rfc3339_ms(layout.tick_end_ms(floor)),
-                                behind_ms,
-                            },
-                        }
-                    }
-                };
-                self.refuse_all(error);
-                // Wake when the clock should have come back, to report ready again; look
-                // sooner too, in case the clock is corrected forward in the meantime.
-                Next::At(self.instant_of_tick(resume, now).min(now.boot + RECHECK))
-            }
-            Some(Blocked::Fenced { reserved, .. }) => {
-                let on_demand = holding.grant().is_some_and(|g| g.on_demand);
-                if self.pending.is_empty() && on_demand {
-                    // Idle: the keeper left the reservations to lapse, and extends them when
-                    // a request comes. Nothing is wrong, and nothing to ask for yet.
-                    self.set_readiness(Readiness::Serving);
-                    return Next::Idle;
-                }
-                self.wants_extension = true;
-                let error = self.blame_store(MintError::ReservationBehind {
-                    worker_id: self.first_worker(holding),
-                    reserved_until: rfc3339_ms(self.config.layout.tick_end_ms(reserved)),
-                });
-                if self.pending.is_empty() {
-                    self.set_readiness(Readiness::NotServing(error));
-                    return Next::Idle;
-                }
-                // A reservation write is under way: wait for it (the holding changes), but
-                // no longer than the callers' deadlines.
-                let at = now.boot + FENCE_WAIT;
-                let waiting = self.pending.len();
-                self.expire_before(at, || error.clone());
-                if self.pending.len() < waiting {
-                    // A caller was refused for it: minting refuses, say so (health, the
-                    // gauge, /readyz), however many others still wait for the write.
-                    self.set_readiness(Readiness::NotServing(error));
-                }
-                Next::At(at)
-            }
-            Some(Blocked::NoSlot) => {
-                self.refuse_all(MintError::NoWorker("no slot is held".into()));
-                Next::Idle
-            }
-        }
+        (round, minted)
     }
 
-    fn first_worker(&self, holding: &Holding) -> u32 {
-        holding.grant().and_then(|g| g.slots.first()).map_or(0, |s| s.worker_id)
+    /// The generator waits for `until`: for the sequence to roll over or a small step back
+    /// of the clock to pass. Callers whose deadlines come first are refused now.
+    fn wait_until(&mut self, now: Reading, until: u64, reason: WaitReason) -> Next {
+        match reason {
+            WaitReason::SequenceExhausted if self.has_pending() && self.exhausted_since.is_none() => {
+                self.events.push_back(Event::SequenceExhausted);
+                self.exhausted_since = Some(now.boot);
+            }
+            WaitReason::ClockBehind { behind } if self.has_pending() => {
+                let last_tick = self.generator.last().map_or(0, |l| l.tick);
+                self.count_step_back(last_tick, behind, ClockBackAction::Waited)
+            }
+            _ => {}
+        }
+        self.set_readiness(Readiness::Serving);
+        let at = self.instant_of_tick(until, now);
+        self.expire_before(at, || MintError::Deadline(format!("waiting for tick {until}")));
+        Next::At(at)
+    }
+
+    /// The clock is behind what was minted or below the floor by more than the generator may
+    /// wait: every caller is refused, with the reason and when minting should resume.
+    fn refuse_behind(
+        &mut self,
+        now: Reading,
+        holding: &Holding,
+        behind: u64,
+        resume: u64,
+        reason: RefuseReason,
+    ) -> Next {
+        let layout = self.config.layout.clone();
+        let behind_ms = behind * layout.tick_ms;
+        let error = match reason {
+            RefuseReason::ClockStepBack { last_tick } => {
+                self.count_step_back(last_tick, behind, ClockBackAction::Refused);
+                MintError::ClockBehind { behind_ms, resume_at: rfc3339_ms(layout.tick_start_ms(resume)) }
+            }
+            RefuseReason::BelowFloor { floor } => {
+                let fenced = holding.grant().and_then(|g| g.slots.iter().find(|s| s.fenced.is_some()));
+                match fenced {
+                    Some(slot) => MintError::Fenced {
+                        slot: slot.slot,
+                        until: rfc3339_ms(layout.tick_end_ms(floor)),
+                        behind_ms,
+                        reason: slot.fenced.clone().unwrap_or_default(),
+                    },
+                    None => MintError::BelowFloor {
+                        slot: self.first_slot(holding),
+                        floor: rfc3339_ms(layout.tick_end_ms(floor)),
+                        behind_ms,
+                    },
+                }
+            }
+        };
+        self.refuse_all(error);
+        // Wake when the clock should have come back, to report ready again; look
+        // sooner too, in case the clock is corrected forward in the meantime.
+        Next::At(self.instant_of_tick(resume, now).min(now.boot + RECHECK))
+    }
+
+    /// The reservation does not reach the tick: minting waits for the keeper's write, asks for
+    /// it, and refuses callers who cannot wait (or nothing, when idle on demand).
+    fn wait_for_reservation(&mut self, now: Reading, holding: &Holding, reserved: u64) -> Next {
+        let on_demand = holding.grant().is_some_and(|g| g.on_demand);
+        if self.pending.is_empty() && on_demand && !self.expired_in_pass {
+            // Idle: the keeper left the reservations to lapse, and extends them when
+            // a request comes. Nothing is wrong, and nothing to ask for yet.
+            self.set_readiness(Readiness::Serving);
+            return Next::Idle;
+        }
+        self.wants_extension = true;
+        let error = self.blame_store(MintError::ReservationBehind {
+            slot: self.first_slot(holding),
+            reserved_until: rfc3339_ms(self.config.layout.tick_end_ms(reserved)),
+        });
+        if self.pending.is_empty() {
+            self.set_readiness(Readiness::NotServing(error));
+            return Next::Idle;
+        }
+        // A reservation write is under way: wait for it (the holding changes), but
+        // no longer than the callers' deadlines.
+        let at = now.boot + FENCE_WAIT;
+        let waiting = self.pending.len();
+        self.expire_before(at, || error.clone());
+        if self.pending.len() < waiting {
+            // A caller was refused for it: minting refuses, say so (health, the
+            // gauge, /readyz), however many others still wait for the write.
+            self.set_readiness(Readiness::NotServing(error));
+        }
+        Next::At(at)
+    }
+
+    fn first_slot(&self, holding: &Holding) -> Slot {
+        holding.grant().and_then(|g| g.slots.first()).map_or(0, |s| s.slot)
     }
 
     /// Counts a clock step back once per last tick and action.
-    fn count_step_back(&mut self, last_tick: u64, behind: u64, action: &'static str) {
+    fn count_step_back(&mut self, last_tick: u64, behind: u64, action: ClockBackAction) {
         if self.counted_back == Some((last_tick, action)) {
             return;
         }
         self.counted_back = Some((last_tick, action));
         let behind_ms = behind * self.config.layout.tick_ms;
-        self.metrics.clock_backward.with_label_values(&[action]).inc();
-        self.metrics.clock_backward_seconds.observe(behind_ms as f64 / 1000.0);
-        if action == ACTION_REFUSED {
-            tracing::warn!(behind_ms, "the wall clock stepped back past the wait threshold; refusing to mint");
-        } else {
-            tracing::info!(behind_ms, "the wall clock stepped back; waiting it out");
-        }
+        self.events.push_back(Event::ClockBack { behind_ms, action });
     }
 
     /// Answers the pending requests whose deadline comes before `at` with an error: they
     /// would otherwise wait past it.
     fn expire_before(&mut self, at: Duration, error: impl Fn() -> MintError) {
         let (replies, now) = (&self.replies, self.last_boot);
+        let waiting = self.pending.len();
         self.pending.retain(
             |request| request.deadline >= at,
             |request| {
                 replies.send(now, request, Err(error()));
             },
         );
+        self.expired_in_pass |= self.pending.len() < waiting;
         self.deadlines_from = self.deadlines_from.max(at);
     }
 
@@ -784,16 +822,22 @@ impl<R: Responder> MinterCore<R> {
         let mut backlog: Option<Backlog> = None;
         for request in arrived.drain(..) {
             let refused = if request.deadline < now {
-                Some((1, MintError::Deadline("it had passed when the minter reached the call".into())))
+                Some((
+                    ArrivalRefusal::Deadline,
+                    MintError::Deadline("it had passed when the minter reached the call".into()),
+                ))
             } else if is_small(request.ask, reserve) {
                 None
             } else {
                 let backlog = backlog.get_or_insert_with(|| Backlog::of(&self.pending, reserve));
-                backlog.admit(request.owed(), request.deadline, now, per_tick, tick).err().map(|error| (0, error))
+                backlog
+                    .admit(request.owed(), request.deadline, now, per_tick, tick)
+                    .err()
+                    .map(|error| (ArrivalRefusal::Saturated, error))
             };
             match refused {
                 Some((reason, error)) => {
-                    self.refused_on_arrival[reason].inc();
+                    self.replies.tally.refused_on_arrival(reason);
                     self.replies.send(now, request, Err(error));
                 }
                 None => {
@@ -817,10 +861,7 @@ impl<R: Responder> MinterCore<R> {
 
 /// Where answers go out, and what is counted of each.
 struct Replies {
-    /// `snowmint_queue_wait_seconds` of NextId and of BatchIds, looked up once.
-    queue_wait: [prometheus::Histogram; 2],
-    /// `snowmint_ids_discarded_total`.
-    discarded: prometheus::IntCounter,
+    tally: Box<dyn Tally>,
 }
 
 impl Replies {
@@ -828,7 +869,7 @@ impl Replies {
     /// `false` when the caller has gone. What was minted for it and not sent is counted as
     /// discarded.
     fn send<R: Responder>(&self, now: Duration, request: Pending<R>, result: Result<Ids, MintError>) -> bool {
-        self.queue_wait[request.method()].observe(now.saturating_sub(request.asked).as_secs_f64());
+        self.tally.answered(request.method(), now.saturating_sub(request.asked));
         let sending = match &result {
             Ok(Ids::One(_)) => 1,
             Ok(Ids::Many(ids)) => ids.len() as u64,
@@ -836,13 +877,16 @@ impl Replies {
         };
         let kept = request.minted();
         let sent = request.reply.send(result);
-        self.discarded.inc_by(kept + if sent { 0 } else { sending });
+        let discarded = kept + if sent { 0 } else { sending };
+        if discarded > 0 {
+            self.tally.discarded(discarded);
+        }
         sent
     }
 
     /// Counts what was minted for `request`, whose caller has gone, as discarded.
     fn discard<R>(&self, request: &Pending<R>) {
-        self.discarded.inc_by(request.minted());
+        self.tally.discarded(request.minted());
     }
 }
 
@@ -904,6 +948,7 @@ impl Backlog {
 mod tests {
     use super::*;
     use crate::grant::SlotGrant;
+    use crate::minter::event::NoTally;
     use std::cell::RefCell;
     use std::collections::BTreeMap;
     use std::rc::Rc;
@@ -934,7 +979,7 @@ mod tests {
             max_wait: Duration::from_secs(1),
             fair_quantum: FAIR_QUANTUM,
         };
-        MinterCore::new(config, Metrics::new()).unwrap()
+        MinterCore::new(config, Box::new(NoTally)).unwrap()
     }
 
     /// A request from connection 1, asked at boot time 0.
@@ -947,16 +992,9 @@ mod tests {
         Reading { wall_us: wall_ms * 1000, boot, awake: boot }
     }
 
-    fn holding(generation: u64, worker_id: u32, floor_ms: Option<i64>, reserved_ms: i64, deadline_ms: u64) -> Holding {
+    fn holding(generation: u64, slot: Slot, floor_ms: Option<i64>, reserved_ms: i64, deadline_ms: u64) -> Holding {
         Holding::Held(Grant {
-            slots: vec![SlotGrant {
-                worker_id,
-                claim: generation,
-                floor_ms,
-                reserved_ms,
-                resumes: false,
-                fenced: None,
-            }],
+            slots: vec![SlotGrant { slot, claim: generation, floor_ms, reserved_ms, resumes: false, fenced: None }],
             generation,
             deadline: Some(Duration::from_millis(deadline_ms)),
             on_demand: false,
@@ -1025,6 +1063,28 @@ mod tests {
         assert!(matches!(core.poll_readiness(), Some(Readiness::NotServing(MintError::ReservationBehind { .. }))));
     }
 
+    /// A caller waiting past an idle instance's lapsed reservation, whose deadline passes
+    /// before the minter's next pass (a loaded machine), is refused for its deadline in that
+    /// pass; the instance, left with nothing pending, is then not ready, as it is when a
+    /// caller is refused for the reservation itself.
+    #[test]
+    fn a_caller_whose_deadline_passed_waiting_for_the_reservation_leaves_the_minter_not_ready() {
+        let log = Log::default();
+        let mut core = core();
+        let lapsed = match holding(1, 7, None, EPOCH + 1_000, 60_000) {
+            Holding::Held(grant) => Holding::Held(Grant { on_demand: true, ..grant }),
+            unheld => unheld,
+        };
+        core.pass(reading(EPOCH + 5_000, 0), &lapsed);
+        assert_eq!(core.poll_readiness(), Some(Readiness::Serving));
+        core.push(ask(Ask::One, Duration::from_millis(100), &log));
+        assert!(matches!(core.pass(reading(EPOCH + 5_000, 10), &lapsed), Next::At(_)));
+        // The next pass comes late, past the caller's deadline.
+        core.pass(reading(EPOCH + 5_500, 500), &lapsed);
+        assert!(matches!(log.0.borrow().last(), Some(Err(MintError::Deadline(_)))), "{:?}", log.0.borrow());
+        assert!(matches!(core.poll_readiness(), Some(Readiness::NotServing(MintError::ReservationBehind { .. }))));
+    }
+
     /// A claim that resumes is minted above the floor the
     /// keeper gives with it (the floor of the claim whose reservation it continues), never
     /// above the floor of an older claim this minter happened to see. Here the minter saw
@@ -1043,7 +1103,7 @@ mod tests {
         // here), wrote EPOCH + 12,000, lost it, and re-claims it: claim 3 resumes.
         let resumed = Holding::Held(Grant {
             slots: vec![SlotGrant {
-                worker_id: 7,
+                slot: 7,
                 claim: 3,
                 floor_ms: Some(EPOCH + 9_000),
                 reserved_ms: EPOCH + 12_000,
@@ -1080,7 +1140,7 @@ mod tests {
         core.pass(reading(EPOCH + 1_100, 100), &holding(2, 8, None, EPOCH + 5_000, 5_000));
         let resumed = Holding::Held(Grant {
             slots: vec![SlotGrant {
-                worker_id: 7,
+                slot: 7,
                 claim: 3,
                 floor_ms: None,
                 reserved_ms: EPOCH + 5_000,
@@ -1145,7 +1205,7 @@ mod tests {
         let refused = log.0.borrow()[0].clone().unwrap_err();
         match &refused {
             MintError::StoreRefuses { refusal, why: given } => {
-                assert!(matches!(**refusal, MintError::ReservationBehind { worker_id: 7, .. }), "{refusal:?}");
+                assert!(matches!(**refusal, MintError::ReservationBehind { slot: 7, .. }), "{refusal:?}");
                 assert_eq!(given, why);
             }
             other => panic!("{other:?}"),
@@ -1189,7 +1249,7 @@ mod tests {
         assert!(matches!(log.0.borrow()[1], Err(MintError::ReservationBehind { .. })), "{:?}", log.0.borrow());
         assert_eq!(core.queue_length(), 1, "the other caller still waits");
         match core.poll_readiness() {
-            Some(Readiness::NotServing(MintError::ReservationBehind { worker_id: 7, .. })) => {}
+            Some(Readiness::NotServing(MintError::ReservationBehind { slot: 7, .. })) => {}
             other => panic!("readiness {other:?} after a caller was refused at the fence"),
         }
     }
@@ -1231,7 +1291,7 @@ mod tests {
             max_wait: Duration::from_secs(60),
             fair_quantum: quantum,
         };
-        MinterCore::new(config, Metrics::new()).unwrap()
+        MinterCore::new(config, Box::new(NoTally)).unwrap()
     }
 
     /// A grant that covers the whole test, whatever its length.
@@ -1291,7 +1351,7 @@ mod tests {
             max_wait: Duration::from_secs(60),
             fair_quantum: FAIR_QUANTUM,
         };
-        let mut core: MinterCore<TaggedReply> = MinterCore::new(config, Metrics::new()).unwrap();
+        let mut core: MinterCore<TaggedReply> = MinterCore::new(config, Box::new(NoTally)).unwrap();
         let held = long_holding();
         core.push(from(2, Ask::One, &log));
         core.pass(reading(EPOCH + 5_000, 5_000), &held);

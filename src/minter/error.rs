@@ -1,5 +1,7 @@
 //! Why minting refused, and whether the minter would mint now.
 
+use crate::layout::Slot;
+
 /// Why IDs could not be minted. Every variant but [`MintError::Overloaded`] means "retry,
 /// here later or on another instance"; that one means "ask for fewer at once".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -7,19 +9,19 @@ pub enum MintError {
     #[error("the wall clock is {behind_ms} ms behind the last time used; minting resumes at {resume_at}")]
     ClockBehind { behind_ms: u64, resume_at: String },
     #[error(
-        "the wall clock has not passed the reservation a previous holder of worker {worker_id} saved ({floor}); {behind_ms} ms to go"
+        "the wall clock has not passed the reservation a previous holder of worker {slot} saved ({floor}); {behind_ms} ms to go"
     )]
-    BelowFloor { worker_id: u32, floor: String, behind_ms: u64 },
+    BelowFloor { slot: Slot, floor: String, behind_ms: u64 },
     #[error(
-        "worker {worker_id} is fenced until {until} ({behind_ms} ms to go), past anything minted on it that may be lost: {reason}"
+        "worker {slot} is fenced until {until} ({behind_ms} ms to go), past anything minted on it that may be lost: {reason}"
     )]
-    Fenced { worker_id: u32, until: String, behind_ms: u64, reason: String },
+    Fenced { slot: Slot, until: String, behind_ms: u64, reason: String },
     #[error("no worker ID is held: {0}")]
     NoWorker(String),
     #[error("the lease on worker {0} may have expired; minting is fenced until it is renewed or re-claimed")]
-    LeaseExpired(u32),
-    #[error("the reservation for worker {worker_id} ends at {reserved_until} and has not been extended")]
-    ReservationBehind { worker_id: u32, reserved_until: String },
+    LeaseExpired(Slot),
+    #[error("the reservation for worker {slot} ends at {reserved_until} and has not been extended")]
+    ReservationBehind { slot: Slot, reserved_until: String },
     /// One of the refusals the store causes (no slot held, a lease that may have expired, a
     /// reservation not extended), while the store says why it refuses (an etcd alarm): what
     /// that means and how to clear it.

@@ -2,8 +2,10 @@
 //!
 //! [`core`] holds the decisions with no I/O (the queue, the generator, the holding from the
 //! keeper, readiness); [`fair`] is its queue, which shares each tick's IDs among the
-//! connections waiting; [`task`] is the tokio task around it and the handle callers use;
-//! [`error`] says why minting refused.
+//! connections waiting (the tokio task around it, and the handle callers use, are the node's:
+//! [`crate::node::minter_task`]);
+//! [`error`] says why minting refused; [`event`] is what the core tells the world (changes of
+//! state, and the counts of its hot path), for logs and metrics to subscribe to.
 //!
 //! Before minting, each pass reads the clocks once and checks the holding the keeper
 //! publishes: the claim's deadline against the boot-time clock at that moment, and the
@@ -15,10 +17,10 @@
 
 pub mod core;
 pub mod error;
+pub mod event;
 pub mod fair;
-pub mod task;
 
 pub use core::{Ask, FAIR_QUANTUM, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 pub use error::{MintError, Readiness};
+pub use event::{Event, NoTally, Tally};
 pub use fair::ConnectionKey;
-pub use task::{MintHandle, MinterLinks, QUEUE, spawn};

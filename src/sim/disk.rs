@@ -1,18 +1,24 @@
-//! A model of the file store on a local disk.
+//! The file store on a modelled local disk: the store's own rules over a map of files.
 //!
-//! A state file is replaced atomically and fsynced with its directory before the write is
-//! acknowledged (invariant 6), so an acknowledged write survives a crash, and a write cut off
-//! by a crash either landed whole or not at all. A disk can fail a write (full, read-only):
-//! before the rename nothing changed; after it, the outcome is unknown. A write can stall
-//! (a slow fsync) past the caller's timeout and go on in its thread: it lands later only if
-//! no later write of its slot has begun, as [`crate::store::file::StateFile::write`] rules.
-//! Between runs a file can be torn or corrupted by hand; the next start must refuse it.
+//! Every decision of the store runs the file store's code: the answers to requests that
+//! touch no file, the revision each file is known to be at, which writes are stale and the
+//! revision a write records ([`crate::store::file::rules`]), and which of a slot's writes may
+//! land ([`crate::store::file::order`]). What is modelled here is the disk under them, and
+//! how it fails. A state file is replaced atomically and fsynced with its directory before
+//! the write is acknowledged (invariant 6), so an acknowledged write survives a crash, and a
+//! write cut off by a crash either landed whole or not at all. A disk can fail a write (full,
+//! read-only): before the rename nothing changed; after it, the outcome is unknown. A write
+//! can stall (a slow fsync) past the caller's timeout and go on in its thread: it takes its
+//! turn to rename later, and lands only if no later write of its slot has begun. Between
+//! runs a file can be torn or corrupted by hand; the next start must refuse it.
 
 use std::collections::BTreeMap;
 
 use super::etcd::{Note, Owner};
-use crate::defects::{self, Defect};
-use crate::store::{Outcome, Reply, Request, SlotRead, Stored, Version, Write};
+use crate::layout::Slot;
+use crate::store::file::order::{Ticket, Tickets, Turn, Turns};
+use crate::store::file::rules::{self, Revisions};
+use crate::store::{Outcome, Reply, Request, SlotRead, Stored, Version};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileState {
@@ -24,11 +30,11 @@ pub enum FileState {
 /// The durable state of a machine's state dir.
 #[derive(Debug, Default)]
 pub struct Disk {
-    pub files: BTreeMap<u32, FileState>,
+    pub files: BTreeMap<Slot, FileState>,
 }
 
 impl Disk {
-    fn read(&self, slot: u32) -> SlotRead {
+    fn read(&self, slot: Slot) -> SlotRead {
         let stored = match self.files.get(&slot).unwrap_or(&FileState::Absent) {
             FileState::Absent => Stored::Absent,
             FileState::Good { until_ms, revision } => {
@@ -40,29 +46,36 @@ impl Disk {
     }
 
     /// Whether a start would find a corrupt file (the real store refuses to open it).
-    pub fn any_corrupt(&self, slots: &[u32]) -> bool {
+    pub fn any_corrupt(&self, slots: &[Slot]) -> bool {
         slots.iter().any(|s| self.files.get(s) == Some(&FileState::Corrupt))
     }
 }
 
-/// One process's view of the disk: the revisions it knows, as the real file store keeps them.
+/// One process's view of the disk: what the real file store keeps in memory.
 #[derive(Debug)]
 pub struct DiskStore {
-    pub slots: Vec<u32>,
-    known: BTreeMap<u32, Version>,
-    /// The last write ticket handed out (one counter for every slot of the process).
-    tickets: u64,
-    /// Per slot, the ticket of the latest write that began.
-    latest: BTreeMap<u32, u64>,
+    pub slots: Vec<Slot>,
+    /// The revision each state file is known to be at.
+    known: Revisions,
+    /// Per slot, its writes in line, as its state file keeps them.
+    lines: BTreeMap<Slot, Line>,
 }
 
-/// A write that stalled past its caller's timeout, still under way.
+/// One slot's writes in line: the tickets handed out and whose turn it is.
+#[derive(Debug, Default)]
+struct Line {
+    tickets: Tickets,
+    turns: Turns,
+}
+
+/// A write under way; one that stalled past its caller's timeout lands later
+/// ([`DiskStore::land`]).
 #[derive(Debug, Clone)]
-pub struct StalledWrite {
-    slot: u32,
+pub struct WriteUnderWay {
+    slot: Slot,
     until_ms: i64,
     revision: i64,
-    ticket: u64,
+    ticket: Ticket,
 }
 
 /// How the disk answers a request.
@@ -70,7 +83,7 @@ pub struct StalledWrite {
 pub enum DiskReply {
     Now(Reply),
     /// No answer before the caller gives up; the write goes on ([`DiskStore::land`]).
-    Stalled(StalledWrite),
+    Stalled(WriteUnderWay),
 }
 
 /// How a write ends on a disk in trouble.
@@ -92,24 +105,28 @@ pub enum DiskFault {
 }
 
 impl DiskStore {
-    pub fn open(disk: &Disk, slots: Vec<u32>) -> DiskStore {
-        let known = slots.iter().filter_map(|&s| Some((s, disk.read(s).stored.version()?))).collect();
-        DiskStore { slots, known, tickets: 0, latest: BTreeMap::new() }
+    pub fn open(disk: &Disk, slots: Vec<Slot>) -> DiskStore {
+        let mut known = Revisions::default();
+        for &slot in &slots {
+            known.read(slot, &disk.read(slot).stored);
+        }
+        DiskStore { slots, known, lines: BTreeMap::new() }
     }
 
-    /// A write begins: its ticket, now the latest of its slot.
-    fn begin(&mut self, slot: u32) -> u64 {
-        self.tickets += 1;
-        self.latest.insert(slot, self.tickets);
-        self.tickets
+    /// A write of `slot` is issued and begins at once (nothing else of the process runs in
+    /// between): its ticket.
+    fn begin(&mut self, slot: Slot) -> Ticket {
+        let line = self.lines.entry(slot).or_default();
+        let ticket = line.tickets.issue();
+        line.turns.take(ticket, Turn::Begin).expect("the write issued last begins");
+        ticket
     }
 
-    /// The stalled `write` finishes: it lands only while no later write of its slot has
-    /// begun (the rule of [`crate::store::file::StateFile::write`]); otherwise it is dropped.
-    /// Whether it landed.
-    pub fn land(&self, disk: &mut Disk, owner: Owner, write: StalledWrite, notes: &mut Vec<Note>) -> bool {
-        let latest = self.latest.get(&write.slot) == Some(&write.ticket);
-        if !latest && !defects::active(Defect::StaleWriteLandsLate) {
+    /// `write` takes its turn to rename into place: it lands only while no later write of
+    /// its slot has begun; otherwise it is dropped. Whether it landed.
+    pub fn land(&mut self, disk: &mut Disk, owner: Owner, write: WriteUnderWay, notes: &mut Vec<Note>) -> bool {
+        let turns = &mut self.lines.entry(write.slot).or_default().turns;
+        if turns.take(write.ticket, Turn::Rename).is_err() {
             return false;
         }
         disk.files.insert(write.slot, FileState::Good { until_ms: write.until_ms, revision: write.revision });
@@ -124,11 +141,6 @@ impl DiskStore {
         true
     }
 
-    fn stall(&mut self, write: &Write, revision: i64) -> DiskReply {
-        let ticket = self.begin(write.slot);
-        DiskReply::Stalled(StalledWrite { slot: write.slot, until_ms: write.until_ms, revision, ticket })
-    }
-
     pub fn apply(
         &mut self,
         disk: &mut Disk,
@@ -138,80 +150,57 @@ impl DiskStore {
         notes: &mut Vec<Note>,
     ) -> DiskReply {
         let reply = match request {
-            Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
-            Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.slots.clone() },
-            Request::CountSlots => Reply::SlotCount { taken: self.slots.len() as u64 },
-            Request::SetFence { .. } => Reply::FenceSet,
-            Request::SampleClocks { .. } => Reply::PeerClocks(Vec::new()),
-            Request::Claim { slot, .. } => Reply::Claimed { slot: *slot, won: self.slots.contains(slot) },
             Request::ReadReservations { slots, .. } => {
                 let reads: Vec<SlotRead> = slots.iter().map(|&s| disk.read(s)).collect();
                 for read in &reads {
-                    if let Some(version) = read.stored.version() {
-                        self.known.insert(read.slot, version);
-                    }
+                    self.known.read(read.slot, &read.stored);
                 }
                 Reply::reservations(reads)
             }
             Request::WriteReservations { writes, .. } => {
-                let stale: Vec<u32> = writes
-                    .iter()
-                    .filter(|w| w.expect.is_some_and(|e| self.known.get(&w.slot) != Some(&e)))
-                    .map(|w| w.slot)
-                    .collect();
+                let stale = self.known.stale(writes);
                 if !stale.is_empty() {
-                    let current = stale.iter().map(|&s| disk.read(s)).collect();
+                    // As the real store does: the stale slots are read again, and the read
+                    // teaches their versions, as any read does.
+                    let current: Vec<SlotRead> = stale.iter().map(|&s| disk.read(s)).collect();
+                    for read in &current {
+                        self.known.read(read.slot, &read.stored);
+                    }
                     return DiskReply::Now(Reply::WriteRefused { not_ours: Vec::new(), current });
                 }
                 let mut versions = Vec::new();
                 for (i, write) in writes.iter().enumerate() {
-                    let revision = match self.known.get(&write.slot) {
-                        Some(Version::At(r)) => r + 1,
-                        _ => 1,
-                    };
+                    let revision = self.known.next(write.slot);
+                    let ticket = self.begin(write.slot);
+                    let under_way = WriteUnderWay { slot: write.slot, until_ms: write.until_ms, revision, ticket };
                     let landed = match fault {
-                        DiskFault::Stall { at } if i == at.min(writes.len() - 1) => return self.stall(write, revision),
+                        DiskFault::Stall { at } if i == at.min(writes.len() - 1) => {
+                            return DiskReply::Stalled(under_way);
+                        }
                         DiskFault::None | DiskFault::Stall { .. } => true,
                         DiskFault::FailedBefore => false,
                         DiskFault::FailedAfter { landed } => landed,
                     };
-                    self.begin(write.slot);
                     if landed {
-                        disk.files.insert(write.slot, FileState::Good { until_ms: write.until_ms, revision });
-                        notes.push(Note::ReservationWritten {
-                            slot: write.slot,
-                            until_ms: write.until_ms,
-                            writer: owner,
-                            session: 1,
-                            held: true,
-                            fenced_ms: None,
-                        });
+                        // The latest write of its slot: its turn to rename comes.
+                        self.land(disk, owner, under_way, notes);
                     }
-                    match fault {
+                    let (error, outcome) = match fault {
                         DiskFault::None | DiskFault::Stall { .. } => {
-                            self.known.insert(write.slot, Version::At(revision));
-                            versions.push((write.slot, Version::At(revision)));
+                            versions.push((write.slot, self.known.written(write.slot, revision)));
+                            continue;
                         }
-                        DiskFault::FailedBefore => {
-                            return DiskReply::Now(Reply::Failed {
-                                error: "no space left on device".into(),
-                                outcome: Outcome::NotApplied,
-                            });
-                        }
-                        DiskFault::FailedAfter { .. } => {
-                            self.known.remove(&write.slot);
-                            return DiskReply::Now(Reply::Failed {
-                                error: "fsync of the state dir failed".into(),
-                                outcome: Outcome::Unknown,
-                            });
-                        }
-                    }
+                        // The model knows that nothing changed, and says so; the real store
+                        // cannot tell, and says `Unknown` of every failed write.
+                        DiskFault::FailedBefore => ("no space left on device", Outcome::NotApplied),
+                        DiskFault::FailedAfter { .. } => ("fsync of the state dir failed", Outcome::Unknown),
+                    };
+                    self.known.failed(write.slot, outcome);
+                    return DiskReply::Now(Reply::Failed { error: error.into(), outcome });
                 }
                 Reply::Written(versions)
             }
-            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX, fence: None },
-            Request::Release { .. } => Reply::Released,
-            Request::CloseSession { .. } => Reply::SessionClosed,
+            request => rules::answer(request, &self.slots).expect("a request that touches no state file"),
         };
         DiskReply::Now(reply)
     }

@@ -28,6 +28,7 @@
 use std::collections::BTreeMap;
 
 use super::Us;
+use crate::layout::Slot;
 use crate::store::{
     Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version,
 };
@@ -38,10 +39,10 @@ pub type Owner = (usize, u32);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
-    Worker(u32),
-    Reservation(u32),
+    Worker(Slot),
+    Reservation(Slot),
     /// The slot's history holds records.
-    History(u32),
+    History(Slot),
     Fence,
     /// The compaction key: what its last writer compacts to, and its version.
     Compaction,
@@ -77,7 +78,7 @@ pub enum Note {
     /// `fenced_ms`: the fleet's fence standing in the store then (every later claim floors
     /// at it).
     ReservationWritten {
-        slot: u32,
+        slot: Slot,
         until_ms: i64,
         writer: Owner,
         session: SessionId,
@@ -85,17 +86,17 @@ pub enum Note {
         fenced_ms: Option<i64>,
     },
     /// `owner`'s session now holds `slot`.
-    Claimed { slot: u32, owner: Owner, session: SessionId },
+    Claimed { slot: Slot, owner: Owner, session: SessionId },
     /// The store was restored from a snapshot taken at `taken`: what was written since is
     /// gone.
     Restored { taken: Us },
     /// An operator deleted `slot`'s reservation key.
-    ReservationDeleted { slot: u32 },
+    ReservationDeleted { slot: Slot },
     /// etcd's history was compacted up to `revision`, which etcd first reached `kept_us`
     /// before (on the history as it is now, restores included).
     Compacted { revision: i64, kept_us: Us },
     /// The slot's worker key went away (lease expired or revoked, released, deleted by hand).
-    Freed { slot: u32 },
+    Freed { slot: Slot },
 }
 
 /// The state a snapshot keeps.
@@ -104,7 +105,7 @@ struct Snapshot {
     rev: i64,
     kv: BTreeMap<Key, Kv>,
     leases: BTreeMap<i64, Lease>,
-    written_at: BTreeMap<u32, i64>,
+    written_at: BTreeMap<Slot, i64>,
     compacted: i64,
 }
 
@@ -127,7 +128,7 @@ pub struct EtcdModel {
     /// Every change, for reads served by a member that is behind.
     history: Vec<(Us, Key, Option<Kv>)>,
     /// Per slot, the writer's wall clock published with its latest reservation write.
-    written_at: BTreeMap<u32, i64>,
+    written_at: BTreeMap<Slot, i64>,
     pub notes: Vec<Note>,
 }
 
@@ -175,20 +176,20 @@ impl EtcdModel {
     }
 
     /// Whether `session` holds `slot` at `now`.
-    pub fn holds(&mut self, now: Us, session: SessionId, slot: u32) -> bool {
+    pub fn holds(&mut self, now: Us, session: SessionId, slot: Slot) -> bool {
         self.expire(now);
         self.kv.get(&Key::Worker(slot)).is_some_and(|kv| kv.lease == session)
     }
 
     /// Whether any session holds `slot` at `now` (its worker key is there): the hand-over
     /// script waits for a slot to be freed.
-    pub fn taken(&mut self, now: Us, slot: u32) -> bool {
+    pub fn taken(&mut self, now: Us, slot: Slot) -> bool {
         self.expire(now);
         self.kv.contains_key(&Key::Worker(slot))
     }
 
     /// The stored reservation of `slot`, if it is one.
-    pub fn reservation(&self, slot: u32) -> Option<i64> {
+    pub fn reservation(&self, slot: Slot) -> Option<i64> {
         match self.kv.get(&Key::Reservation(slot)).map(|kv| &kv.value) {
             Some(Value::Reservation(ms)) => Some(*ms),
             _ => None,
@@ -222,7 +223,7 @@ impl EtcdModel {
     pub fn restore(&mut self, now: Us, taken_by: Us) -> Option<Us> {
         let index = self.snapshots.iter().rposition(|(t, _)| *t <= taken_by).unwrap_or(0);
         let (taken, snapshot) = self.snapshots.get(index).cloned()?;
-        let freed: Vec<u32> = self
+        let freed: Vec<Slot> = self
             .kv
             .keys()
             .filter_map(|k| match k {
@@ -256,7 +257,7 @@ impl EtcdModel {
     }
 
     /// An operator deletes the reservation key of `slot` by hand.
-    pub fn delete_reservation(&mut self, now: Us, slot: u32) {
+    pub fn delete_reservation(&mut self, now: Us, slot: Slot) {
         if self.kv.contains_key(&Key::Reservation(slot)) {
             self.rev += 1;
             self.set(now, Key::Reservation(slot), None);
@@ -331,7 +332,7 @@ impl EtcdModel {
     }
 
     /// An operator deletes the worker key of `slot` by hand.
-    pub fn delete_worker(&mut self, now: Us, slot: u32) {
+    pub fn delete_worker(&mut self, now: Us, slot: Slot) {
         if self.kv.contains_key(&Key::Worker(slot)) {
             self.rev += 1;
             self.set(now, Key::Worker(slot), None);
@@ -347,7 +348,7 @@ impl EtcdModel {
         }
     }
 
-    fn slot_read(&self, slot: u32, at: Option<Us>) -> SlotRead {
+    fn slot_read(&self, slot: Slot, at: Option<Us>) -> SlotRead {
         let stored = match self.read_at(Key::Reservation(slot), at) {
             // As the store tells them apart: a slot with history but no reservation.
             None if at.is_none() && self.kv.contains_key(&Key::History(slot)) => {
@@ -400,7 +401,7 @@ impl EtcdModel {
             Request::SampleClocks { session, from, limit } => {
                 // As the store samples: the first slot met of each holder other than
                 // `session`, from `from` on (wrapping), up to `limit` holders.
-                let mut workers: Vec<(u32, i64)> = self
+                let mut workers: Vec<(Slot, i64)> = self
                     .kv
                     .iter()
                     .filter_map(|(k, kv)| match k {
@@ -411,7 +412,7 @@ impl EtcdModel {
                 // In slot order from `from` on, then from the start.
                 let from_on = workers.partition_point(|(slot, _)| slot < from);
                 workers.rotate_left(from_on);
-                let mut holders: Vec<(i64, u32)> = Vec::new();
+                let mut holders: Vec<(i64, Slot)> = Vec::new();
                 for (slot, lease) in workers {
                     if lease != *session && holders.len() < *limit as usize && !holders.iter().any(|&(h, _)| h == lease)
                     {
@@ -469,10 +470,10 @@ impl EtcdModel {
                 Reply::FenceSet
             }
             Request::WriteReservations { session, writes, check_claim } => {
-                let held = |model: &EtcdModel, slot: u32| {
+                let held = |model: &EtcdModel, slot: Slot| {
                     model.kv.get(&Key::Worker(slot)).is_some_and(|kv| kv.lease == *session)
                 };
-                let version_ok = |model: &EtcdModel, slot: u32, expect: Option<Version>| {
+                let version_ok = |model: &EtcdModel, slot: Slot, expect: Option<Version>| {
                     let mod_rev = model.kv.get(&Key::Reservation(slot)).map_or(0, |kv| kv.mod_rev);
                     match expect {
                         None => true,

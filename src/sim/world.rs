@@ -19,16 +19,17 @@ use std::time::Duration;
 
 use super::Us;
 use super::checker::{Checker, StoreView};
-use super::disk::{Disk, DiskFault, DiskReply, DiskStore, FileState, StalledWrite};
+use super::disk::{Disk, DiskFault, DiskReply, DiskStore, FileState, WriteUnderWay};
 use super::etcd::{EtcdModel, Owner};
 use super::rng::Rng;
 use crate::clock_filter::ClockFilter;
-use crate::grant::{Holding, Minted};
+use crate::grant::{Holding, Minted, Progress};
 use crate::keeper::{Event, Keeper, KeeperConfig, Now, SlotPolicy};
-use crate::layout::Layout;
-use crate::metrics::Metrics;
-use crate::minter::task::PROGRESS_EVERY_MS;
-use crate::minter::{Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
+use crate::layout::{Layout, Slot};
+use crate::minter::{
+    Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, NoTally, Pending, Reading, Responder,
+};
+use crate::node::{KeeperSide, MinterSide};
 use crate::store::etcd::Horizon;
 use crate::store::{Outcome, Reply, Request, SessionId};
 use crate::upkeep::compactor::{self, Compactor};
@@ -336,7 +337,7 @@ enum Ev {
     DiskLands {
         m: usize,
         inc: u32,
-        write: StalledWrite,
+        write: WriteUnderWay,
     },
     /// etcd's state is replaced by the snapshot taken at or before `taken_by`, and fenced.
     Restore {
@@ -397,8 +398,10 @@ impl Responder for SimReply {
 /// One incarnation of snowmint on a machine.
 struct Process {
     inc: u32,
-    keeper: Keeper,
+    keeper: KeeperSide,
     minter: MinterCore<SimReply>,
+    /// When the minter's progress is reported, by the minter task's rules.
+    minter_side: MinterSide,
     /// The holding the keeper published last (the watch's value).
     published: Holding,
     /// The holding the minter saw at its last pass.
@@ -406,7 +409,7 @@ struct Process {
     /// The minter's wake already queued.
     minter_timer: Option<Us>,
     /// Progress the minter reported that the keeper has not read yet (a watch's value).
-    progress: Option<(i64, Vec<(u32, i64)>)>,
+    progress: Option<Progress>,
     /// The minter asked for an extension now (a notify the keeper has not taken yet).
     extend_wish: bool,
     in_flight: Option<u64>,
@@ -417,8 +420,6 @@ struct Process {
     stopping: bool,
     /// The timer instant already queued, to avoid flooding the queue with wakes.
     timer: Option<Us>,
-    /// The minting time last reported to the keeper.
-    progress_sent: Option<i64>,
     /// Forward jumps of the wall clock, confirmed before they are followed.
     filter: ClockFilter,
     /// When the filter's reference was last kept for the next process, as production does
@@ -448,7 +449,7 @@ struct Machine {
     process: Option<Process>,
     incarnations: u32,
     disk: Disk,
-    slots: Vec<u32>,
+    slots: Vec<Slot>,
     /// Network trouble between this machine and the store.
     partitioned: bool,
     slow: bool,
@@ -461,7 +462,7 @@ struct Machine {
     /// The last instant a client got IDs from this machine.
     last_success: Option<Us>,
     /// The last backup of a good state file, restored by the operator after corruption.
-    backups: BTreeMap<u32, FileState>,
+    backups: BTreeMap<Slot, FileState>,
     /// No client asks before this instant (a quiet spell of a bursty schedule).
     quiet_until: Us,
     /// The clock filter's reference as the last process kept it (the machine never reboots,
@@ -515,6 +516,8 @@ pub struct Report {
     pub violations: Vec<String>,
     pub ids: u64,
     pub responses: u64,
+    /// Of `ids`, those answered as UUIDs.
+    pub uuids: u64,
     pub faults: BTreeMap<&'static str, u64>,
     pub minted_on_lost_key: u64,
     /// Calls refused after the first second (recorded only for clock-only worlds).
@@ -525,6 +528,19 @@ pub struct Report {
     pub events: u64,
     /// Compactions of etcd's history the fleet made.
     pub compactions: u64,
+}
+
+/// The connection whose answers are taken as UUIDs (its asks are small batches), as a
+/// `BatchUuids` caller's are: made from the IDs the minter issued.
+const UUID_CONNECTION: u64 = 2;
+
+/// A UUID's random tail, from its ID: a stand-in for the system's random source that costs
+/// the schedule's own random stream nothing, so seeds replay as before.
+fn uuid_tail(id: u64) -> u32 {
+    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) as u32
 }
 
 pub struct World {
@@ -542,8 +558,6 @@ pub struct World {
     /// etcd answers nothing before this instant (stopped for a restore): requests that reach
     /// it meanwhile are never carried out.
     etcd_down_until: Us,
-    /// One registry for every process: only counted, never read.
-    metrics: Metrics,
     tracing: bool,
     /// The hand-over's script, in a schedule of that kind.
     script: Option<hand_over::Script>,
@@ -600,7 +614,7 @@ impl World {
                 process: None,
                 incarnations: 0,
                 disk: Disk::default(),
-                slots: (0..params.slots as u32).map(|k| (i * params.slots) as u32 + k).collect(),
+                slots: (0..params.slots as Slot).map(|k| (i * params.slots) as Slot + k).collect(),
                 partitioned: false,
                 slow: false,
                 reply_loss: false,
@@ -635,7 +649,6 @@ impl World {
             report: Report::default(),
             next_pause: 0,
             etcd_down_until: 0,
-            metrics: Metrics::new(),
             tracing: std::env::var_os("SNOWMINT_SIM_TRACE").is_some(),
             script: None,
         };
@@ -704,6 +717,7 @@ impl World {
         self.check_liveness();
         self.report.violations.append(&mut self.checker.violations);
         self.report.ids = self.checker.ids;
+        self.report.uuids = self.checker.uuids;
         self.report.responses = self.checker.responses;
         self.report.minted_on_lost_key = self.checker.minted_on_lost_key;
         self.report
@@ -749,7 +763,7 @@ impl World {
                 }
                 p.timer = None;
                 let (now, _) = self.machines[m].clocks(self.now);
-                self.process_mut(m).keeper.handle_timeout(now);
+                self.process_mut(m).keeper.keeper_mut().handle_timeout(now);
                 self.step(m);
             }
             Ev::MinterWake { m, inc } => {
@@ -988,7 +1002,7 @@ impl World {
                 max_wait: Duration::from_secs(1),
                 fair_quantum: crate::minter::FAIR_QUANTUM,
             },
-            self.metrics.clone(),
+            Box::new(NoTally),
         )
         .expect("the simulated layout is mintable");
         if self.params.mode == Mode::File {
@@ -997,8 +1011,9 @@ impl World {
         }
         self.machines[m].process = Some(Process {
             inc,
-            keeper,
+            keeper: KeeperSide::new(keeper),
             minter,
+            minter_side: MinterSide::default(),
             published: Holding::Unheld { reason: "starting".into() },
             holding: Holding::Unheld { reason: "starting".into() },
             minter_timer: None,
@@ -1010,7 +1025,6 @@ impl World {
             replies: Rc::default(),
             stopping: false,
             timer: None,
-            progress_sent: None,
             filter: {
                 let (threshold, confirm) = (Duration::from_millis(500), self.params.forward_jump_confirm);
                 match self.machines[m].clock_memory {
@@ -1046,34 +1060,33 @@ impl World {
         {
             let machine = &mut self.machines[m];
             let Some(p) = machine.process.as_mut() else { return };
+            // As the keeper task's turns: what the minter reported, the request due, the
+            // events, then the holding; again while the minter wished for an extension.
             for _ in 0..3 {
-                if !p.stopping
-                    && let Some((mint_ms, slots)) = p.progress.take()
-                {
-                    p.keeper.handle_progress(mint_ms, slots);
+                if let Some(progress) = p.progress.take() {
+                    p.keeper.progress(&progress);
                 }
-                if p.in_flight.is_none()
-                    && let Some((id, request)) = p.keeper.poll_request(kn)
-                {
+                if let Some((id, request)) = p.keeper.poll_request(kn, p.in_flight.is_some()) {
                     p.in_flight = Some(id);
                     sent = Some((id, request));
                 }
-                while let Some(event) = p.keeper.poll_event() {
-                    if let Event::SessionOpened { session, .. } = event {
-                        p.session = Some(session);
+                let (session, tracing) = (&mut p.session, self.tracing);
+                let holding = p.keeper.drain(|event| {
+                    if let Event::SessionOpened { session: opened, .. } = event {
+                        *session = Some(opened);
                     }
-                    if self.tracing {
+                    if tracing {
                         eprintln!("{:>10.6} m{m} event {event:?}", now as f64 / 1e6);
                     }
-                }
-                if let Some(holding) = p.keeper.poll_holding() {
+                });
+                if let Some(holding) = holding {
                     if self.tracing {
                         eprintln!("{:>10.6} m{m} holding {holding:?}", now as f64 / 1e6);
                     }
                     p.published = holding;
                     published = true;
                 }
-                if p.stopping || !std::mem::take(&mut p.extend_wish) {
+                if p.keeper.finishing() || !std::mem::take(&mut p.extend_wish) {
                     break;
                 }
                 p.keeper.extend_now();
@@ -1102,12 +1115,12 @@ impl World {
         }
         let machine = &self.machines[m];
         let Some(p) = machine.process.as_ref() else { return };
-        if p.stopping && p.keeper.is_done() {
+        if p.stopping && p.keeper.keeper().is_done() {
             self.exit(m);
             return;
         }
         if !p.stopping
-            && let Some(error) = p.keeper.fatal()
+            && let Some(error) = p.keeper.keeper().fatal()
         {
             // The start fails (every slot taken, a corrupt reservation): as the driver does,
             // the process gives back what it claimed, then exits non-zero and its supervisor
@@ -1119,7 +1132,7 @@ impl World {
             self.step(m);
             return;
         }
-        if let Some(at) = p.keeper.poll_timeout(kn).map(|b| machine.instant_of_boot(b)) {
+        if let Some(at) = p.keeper.keeper().poll_timeout(kn).map(|b| machine.instant_of_boot(b)) {
             let at = at.max(now + 1);
             if self.tracing && at < now + 100 {
                 eprintln!("{:>10.6} m{m} keeper wakes again at {at}", now as f64 / 1e6);
@@ -1144,25 +1157,19 @@ impl World {
             }
             // As the minter task does: the keeper hears of progress now and then, and at
             // once before the minter takes a holding whose claims changed.
-            let changed = p.published.grant().map(|g| g.generation) != p.holding.grant().map(|g| g.generation);
-            let report = |p: &mut Process, now: bool| {
-                if let Some(mint_ms) = p.minter.mint_ms()
-                    && (now || p.progress_sent.is_none_or(|sent| mint_ms - sent >= PROGRESS_EVERY_MS))
-                    && let Minted::UpTo(slots) = p.minter.minted()
-                {
-                    p.progress_sent = Some(mint_ms);
-                    p.progress = Some((mint_ms, slots));
-                    return true;
-                }
-                false
-            };
-            wake_keeper |= changed && report(p, true);
             p.holding = p.published.clone();
-            let next = p.minter.pass(reading, &p.holding);
-            if report(p, false) {
+            if let Some(progress) = p.minter_side.before_pass(&p.minter, &p.holding) {
+                p.progress = Some(progress);
                 wake_keeper = true;
             }
-            if p.minter.take_extension_wish() {
+            let (next, to_keeper) = p.minter_side.pass(&mut p.minter, reading, &p.holding);
+            // The events go to the logs and metrics in production; here nowhere.
+            while p.minter.poll_event().is_some() {}
+            if let Some(progress) = to_keeper.progress {
+                p.progress = Some(progress);
+                wake_keeper = true;
+            }
+            if to_keeper.extend_now {
                 p.extend_wish = true;
                 wake_keeper = true;
             }
@@ -1247,7 +1254,7 @@ impl World {
             let mode = self.params.mode;
             let etcd = &mut self.etcd;
             let machine = &self.machines[m];
-            let view = |slot: u32| match mode {
+            let view = |slot: Slot| match mode {
                 Mode::Etcd => {
                     let session = session.unwrap_or(-1);
                     StoreView {
@@ -1265,6 +1272,9 @@ impl World {
                     },
                 },
             };
+            if connection == UUID_CONNECTION {
+                self.checker.issued_uuids(now, &layout, owner, connection, &ids, uuid_tail);
+            }
             // The closure borrows the store mutably for lazy lease expiry.
             let view = RefCell::new(view);
             self.checker.issued(now, &layout, owner, connection, session, &ids, |slot| (view.borrow_mut())(slot));
@@ -1317,7 +1327,7 @@ impl World {
         let bulk = !self.params.clock_only;
         let (ask, connection) = match self.rng.below(if bulk { 24 } else { 20 }) {
             0..=9 => (Ask::One, 1),
-            10..=18 => (Ask::Many(self.rng.between(1, 20) as usize), 2),
+            10..=18 => (Ask::Many(self.rng.between(1, 20) as usize), UUID_CONNECTION),
             19 => (Ask::Many(self.rng.between(100, 600) as usize), 3),
             _ => (Ask::Many(self.rng.between(600, 5_000) as usize), 4 + self.rng.below(3)),
         };
@@ -1339,7 +1349,7 @@ impl World {
         let (kn, _) = self.machines[m].clocks(self.now);
         let p = self.process_mut(m);
         p.in_flight = None;
-        p.keeper.handle_reply(kn, id, reply);
+        p.keeper.keeper_mut().handle_reply(kn, id, reply);
         self.step(m);
     }
 
@@ -1458,7 +1468,7 @@ impl World {
     }
 
     /// The stalled `write` of process `inc` on machine `m` finishes.
-    fn land(&mut self, m: usize, inc: u32, write: StalledWrite) {
+    fn land(&mut self, m: usize, inc: u32, write: WriteUnderWay) {
         let machine = &mut self.machines[m];
         let Some(store) = machine.process.as_mut().and_then(|p| p.disk.as_mut()) else { return };
         let mut notes = Vec::new();
@@ -1496,7 +1506,7 @@ impl World {
         }
         if self.machines[m].process.is_some() {
             let (now, _) = self.machines[m].clocks(self.now);
-            self.process_mut(m).keeper.handle_timeout(now);
+            self.process_mut(m).keeper.keeper_mut().handle_timeout(now);
             self.step(m);
             // The minter's timers, due or not, fire as the process runs again.
             let at = self.now + self.task_lag();
@@ -1674,11 +1684,11 @@ impl World {
                 self.schedule(self.now + d, Ev::NetworkHeals { m, kind: fault });
             }
             Fault::KeyDeletedByHand => {
-                let slot = self.rng.below(self.params.layout.max_worker() + 1) as u32;
+                let slot = self.rng.below(self.params.layout.max_worker() + 1) as Slot;
                 self.etcd.delete_worker(self.now, slot);
             }
             Fault::ReservationDeletedByHand => {
-                let slot = self.rng.below(self.params.layout.max_worker() + 1) as u32;
+                let slot = self.rng.below(self.params.layout.max_worker() + 1) as Slot;
                 self.etcd.delete_reservation(self.now, slot);
                 for note in std::mem::take(&mut self.etcd.notes) {
                     self.checker.note(self.now, note);

@@ -39,7 +39,7 @@ use super::{
     Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Store, StoreError, Stored,
     Version, Write,
 };
-use crate::layout::{Layout, rfc3339_ms};
+use crate::layout::{Layout, Slot, rfc3339_ms};
 
 /// TLS files for the etcd connection.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +58,7 @@ pub struct EtcdConfig {
     pub lease_ttl: Duration,
     /// The slot to try first: the flag, or the StatefulSet ordinal of the hostname (times
     /// `slots`); with several slots, the ones after it too.
-    pub preferred_worker_id: Option<u32>,
+    pub preferred_worker_id: Option<Slot>,
     /// How many slots to hold at once, under one lease.
     pub slots: usize,
     /// This host's name, recorded in the worker key.
@@ -90,7 +90,7 @@ impl std::fmt::Debug for EtcdConfig {
 
 impl EtcdConfig {
     /// The slots to try first: the preferred one and the `slots - 1` after it.
-    pub fn preferred(&self) -> Vec<u32> {
+    pub fn preferred(&self) -> Vec<Slot> {
         self.preferred_worker_id.map_or_else(Vec::new, |p| (p..).take(self.slots).collect())
     }
 
@@ -310,7 +310,7 @@ impl EtcdStore {
         self
     }
 
-    fn key(&self, kind: &str, id: u32) -> String {
+    fn key(&self, kind: &str, id: Slot) -> String {
         key(&self.prefix, kind, id)
     }
 
@@ -368,7 +368,7 @@ impl EtcdStore {
         }
     }
 
-    fn parse_reservation(&self, slot: u32, kv: Option<etcd_client::KeyValue>) -> SlotRead {
+    fn parse_reservation(&self, slot: Slot, kv: Option<etcd_client::KeyValue>) -> SlotRead {
         let location = self.key("reservations", slot);
         let stored = match kv {
             None => Stored::Absent,
@@ -405,12 +405,12 @@ impl EtcdStore {
     /// Up to `limit` other holders' clocks, one slot each: the holders found from slot
     /// `from` on in key order (then from the start), then one read of those slots'
     /// reservations.
-    async fn sample_clocks(&mut self, session: SessionId, from: u32, limit: u32) -> Result<Reply, String> {
+    async fn sample_clocks(&mut self, session: SessionId, from: Slot, limit: u32) -> Result<Reply, String> {
         let holders = self.sample_holders(session, from, (limit as usize).min(MAX_READS)).await?;
         if holders.is_empty() {
             return Ok(Reply::PeerClocks(Vec::new()));
         }
-        let slots: Vec<u32> = holders.iter().map(|&(_, slot)| slot).collect();
+        let slots: Vec<Slot> = holders.iter().map(|&(_, slot)| slot).collect();
         let txn = match read_plan(&self.prefix, &slots).txn("sample clocks") {
             Ok(txn) => txn,
             Err(refused) => return Ok(refused),
@@ -436,14 +436,14 @@ impl EtcdStore {
     async fn sample_holders(
         &mut self,
         session: SessionId,
-        from: u32,
+        from: Slot,
         limit: usize,
-    ) -> Result<Vec<(SessionId, u32)>, String> {
+    ) -> Result<Vec<(SessionId, Slot)>, String> {
         let prefix = format!("{}/workers/", self.prefix);
         let first = self.key("workers", from);
         // The end of the prefix's range: '/' + 1.
         let end = format!("{}/workers0", self.prefix);
-        let mut holders: Vec<(SessionId, u32)> = Vec::new();
+        let mut holders: Vec<(SessionId, Slot)> = Vec::new();
         let mut page = limit as i64 + 1;
         for (start, until) in [(first.clone(), end), (prefix.clone(), first)] {
             let mut at = start.into_bytes();
@@ -468,7 +468,7 @@ impl EtcdStore {
         Ok(holders)
     }
 
-    async fn claim(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
+    async fn claim(&mut self, session: SessionId, slot: Slot) -> Result<Reply, String> {
         let txn = match claim_plan(&self.prefix, &self.owner, session, slot).txn("claim slot") {
             Ok(txn) => txn,
             Err(refused) => return Ok(refused),
@@ -481,7 +481,7 @@ impl EtcdStore {
         Ok(Reply::Claimed { slot, won })
     }
 
-    async fn read(&mut self, slots: &[u32], linearizable: bool) -> Result<Reply, String> {
+    async fn read(&mut self, slots: &[Slot], linearizable: bool) -> Result<Reply, String> {
         if !linearizable {
             // Served from whichever member answers, possibly behind the leader.
             let mut reads = Vec::new();
@@ -629,7 +629,7 @@ impl EtcdStore {
         }
     }
 
-    async fn release(&mut self, session: SessionId, slot: u32) -> Result<Reply, String> {
+    async fn release(&mut self, session: SessionId, slot: Slot) -> Result<Reply, String> {
         let txn = match release_plan(&self.prefix, session, slot).txn("release slot") {
             Ok(txn) => txn,
             Err(refused) => return Ok(refused),
@@ -736,12 +736,12 @@ impl TxnPlan {
 }
 
 /// `<prefix>/<kind>/<id>`.
-fn key(prefix: &str, kind: &str, id: u32) -> String {
+fn key(prefix: &str, kind: &str, id: Slot) -> String {
     format!("{prefix}/{kind}/{id}")
 }
 
 /// The slot a worker key names, given the workers' prefix (`<prefix>/workers/`).
-fn slot_of(workers: &str, key: &[u8]) -> Option<u32> {
+fn slot_of(workers: &str, key: &[u8]) -> Option<Slot> {
     std::str::from_utf8(key).ok()?.strip_prefix(workers)?.parse().ok()
 }
 
@@ -754,7 +754,7 @@ pub(crate) fn fence_key(prefix: &str) -> String {
 }
 
 /// One get of each slot's reservation, in the order of `slots`, then one of the fence.
-fn read_plan(prefix: &str, slots: &[u32]) -> TxnPlan {
+fn read_plan(prefix: &str, slots: &[Slot]) -> TxnPlan {
     let mut then: Vec<TxnOp> = slots.iter().map(|&slot| TxnOp::get(key(prefix, "reservations", slot), None)).collect();
     then.push(TxnOp::get(fence_key(prefix), None));
     TxnPlan { then, ..TxnPlan::default() }
@@ -791,7 +791,7 @@ fn write_plan(prefix: &str, session: SessionId, writes: &[Write], check_claim: b
 
 /// Takes `slot` for `session` if its worker key does not exist; else gets it, to tell a claim
 /// of this session that already committed from another holder's.
-fn claim_plan(prefix: &str, owner: &str, session: SessionId, slot: u32) -> TxnPlan {
+fn claim_plan(prefix: &str, owner: &str, session: SessionId, slot: Slot) -> TxnPlan {
     let worker = key(prefix, "workers", slot);
     TxnPlan {
         compares: vec![Compare::create_revision(worker.clone(), CompareOp::Equal, 0)],
@@ -801,7 +801,7 @@ fn claim_plan(prefix: &str, owner: &str, session: SessionId, slot: u32) -> TxnPl
 }
 
 /// Deletes `slot`'s worker key if `session` still holds it.
-fn release_plan(prefix: &str, session: SessionId, slot: u32) -> TxnPlan {
+fn release_plan(prefix: &str, session: SessionId, slot: Slot) -> TxnPlan {
     let worker = key(prefix, "workers", slot);
     TxnPlan {
         compares: vec![Compare::lease(worker.clone(), CompareOp::Equal, session)],
@@ -899,7 +899,7 @@ mod tests {
         assert_eq!(published_clock(br#"{"reserved_until_ms":1,"reserved_until":"x","written_at_ms":5}"#), Some(5));
     }
 
-    fn writes(slots: &[u32]) -> Vec<Write> {
+    fn writes(slots: &[Slot]) -> Vec<Write> {
         let write =
             |&slot| Write { slot, until_ms: 1_800_000_003_000, expect: Some(Version::At(9)), wall_ms: 0, idle: false };
         slots.iter().map(write).collect()
@@ -913,12 +913,12 @@ mod tests {
         let most = |plans: Vec<TxnPlan>| plans.iter().map(TxnPlan::ops).max().unwrap_or(0);
         // A plan's size depends on how many slots it names, not which: the first and the last
         // of each cut stand for the rest.
-        let ends = |chunks: std::slice::Chunks<'_, u32>| -> Vec<Vec<u32>> {
-            let chunks: Vec<&[u32]> = chunks.collect();
+        let ends = |chunks: std::slice::Chunks<'_, Slot>| -> Vec<Vec<Slot>> {
+            let chunks: Vec<&[Slot]> = chunks.collect();
             vec![chunks[0].to_vec(), chunks[chunks.len() - 1].to_vec()]
         };
         for n in 1..=1024u32 {
-            let slots: Vec<u32> = (0..n).collect();
+            let slots: Vec<Slot> = (0..n).collect();
             let reads = most(ends(slots.chunks(MAX_READS)).iter().map(|chunk| read_plan("/p", chunk)).collect());
             assert!(reads <= MAX_TXN_OPS, "{n} slots: a read of {reads} operations");
             for check_claim in [true, false] {
@@ -930,11 +930,11 @@ mod tests {
             let one = most(vec![claim_plan("/p", "{}", 7, n - 1), release_plan("/p", 7, n - 1)]);
             assert!(one <= MAX_TXN_OPS);
         }
-        let full = write_plan("/p", 7, &writes(&(0..MAX_WRITES as u32).collect::<Vec<_>>()), true);
+        let full = write_plan("/p", 7, &writes(&(0..MAX_WRITES as Slot).collect::<Vec<_>>()), true);
         assert_eq!(full.ops(), MAX_WRITES * OPS_PER_WRITE);
         assert!(full.txn("write").is_ok());
 
-        let too_many: Vec<u32> = (0..=MAX_TXN_OPS as u32 / OPS_PER_WRITE as u32).collect();
+        let too_many: Vec<Slot> = (0..=MAX_TXN_OPS as Slot / OPS_PER_WRITE as Slot).collect();
         match write_plan("/p", 7, &writes(&too_many), true).txn("write reservations") {
             Err(Reply::Failed { error, outcome: Outcome::NotApplied }) => {
                 assert!(error.contains("130 operations") && error.contains("not sent"), "{error}")
@@ -942,6 +942,6 @@ mod tests {
             Err(other) => panic!("{other:?}"),
             Ok(_) => panic!("a transaction of {} writes would be sent", too_many.len()),
         }
-        assert!(read_plan("/p", &(0..=MAX_TXN_OPS as u32).collect::<Vec<_>>()).txn("read").is_err());
+        assert!(read_plan("/p", &(0..=MAX_TXN_OPS as Slot).collect::<Vec<_>>()).txn("read").is_err());
     }
 }

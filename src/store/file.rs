@@ -4,23 +4,31 @@
 //! may have minted, and a revision counter (the [`Version`] conditional writes name). It is
 //! written atomically (temp file, fsync, rename, fsync of the dir), and a worker's writes land
 //! in the order they were issued: a write whose call timed out goes on in its thread, and is
-//! dropped once a later one has begun ([`StateFile::write`]). A lock file keeps two
+//! dropped once a later one has begun ([`order`]). A lock file keeps two
 //! processes from using one worker's state at once; the lock is held until the session
 //! closes. A missing file means a first start, unless the lock file shows that one may have
 //! existed ([`FRESH`]); an unreadable or corrupt one stops the start, because resetting it
 //! could repeat IDs. The claim never expires: the session has no TTL.
+//!
+//! What the store decides needs no file, and lives apart so that the simulator runs it too:
+//! [`rules`] (the answers that touch no file, the revision each file is known to be at) and
+//! [`order`] (which of a file's writes may land). This module does the I/O around them.
+
+pub mod order;
+pub mod rules;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use super::{Outcome, Reply, Request, SlotRead, Store, StoreError, Stored, Version, Write};
-use crate::layout::{Layout, rfc3339_ms};
+use crate::layout::{Layout, Slot, rfc3339_ms};
+use order::{Ticket, Tickets, Turn, Turns};
+use rules::Revisions;
 
 /// The format version of the state file.
 const STATE_VERSION: u32 = 1;
@@ -39,7 +47,9 @@ const USED: &[u8] = b"snowmint: this worker's state file was written or found he
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedState {
     pub version: u32,
-    pub worker_id: u32,
+    /// Stored under its first name, `worker_id`, which every state file already written has.
+    #[serde(rename = "worker_id")]
+    pub slot: Slot,
     pub layout: Layout,
     /// Unix ms up to which this worker may have minted.
     pub reserved_until_ms: i64,
@@ -52,16 +62,11 @@ pub struct SavedState {
     pub revision: i64,
 }
 
-/// A write's place in line: taken when the write is issued, before it goes to a thread of
-/// its own, so that tickets follow the order of the calls, not of the threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(u64);
-
-/// What the writes of one worker share.
+/// What the writes of one worker share, under its lock.
 #[derive(Debug)]
-struct Turns {
-    /// The ticket of the latest write that began.
-    latest: u64,
+struct Shared {
+    /// Whose turn it is to begin, or to rename into place.
+    turns: Turns,
     /// The lock file still says [`FRESH`].
     fresh: bool,
 }
@@ -71,44 +76,40 @@ struct Turns {
 pub struct StateFile {
     dir: PathBuf,
     path: PathBuf,
-    worker_id: u32,
+    slot: Slot,
     /// Held while the file is in use: the OS drops the lock when the process dies.
     _lock: File,
     /// Hands out each write's place in line ([`Ticket`]), in the order writes are issued.
-    tickets: AtomicU64,
+    tickets: Tickets,
     /// A std mutex, held only while a write creates its temp file or renames it into place,
     /// never across an await.
-    turns: Mutex<Turns>,
+    shared: Mutex<Shared>,
     /// Tests stall a write at a chosen step with it.
     #[cfg(test)]
     hook: tests::Hook,
 }
 
 impl StateFile {
-    /// Locks and reads the state of `worker_id` in `dir` (created if missing). `None` when
+    /// Locks and reads the state of `slot` in `dir` (created if missing). `None` when
     /// there is no state file yet.
     ///
     /// A state file missing from a dir where it may have existed (the lock file is there, and
     /// not [`FRESH`]) is an error unless `accept_missing`: the IDs minted before may not be
     /// covered.
-    pub fn open(
-        dir: &Path,
-        worker_id: u32,
-        accept_missing: bool,
-    ) -> Result<(StateFile, Option<SavedState>), StoreError> {
+    pub fn open(dir: &Path, slot: Slot, accept_missing: bool) -> Result<(StateFile, Option<SavedState>), StoreError> {
         let io = |path: &Path| {
             let path = path.display().to_string();
             move |source| StoreError::StateIo { path, source }
         };
         fs::create_dir_all(dir).map_err(|e| unwritable(dir, dir, e))?;
-        let lock_path = dir.join(format!("worker-{worker_id}.lock"));
+        let lock_path = dir.join(format!("worker-{slot}.lock"));
         let (lock, created) = open_lock(&lock_path).map_err(|e| unwritable(dir, &lock_path, e))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
                 return Err(StoreError::StateLocked {
                     dir: dir.display().to_string(),
-                    worker_id,
+                    slot,
                     lock: lock_path.display().to_string(),
                 });
             }
@@ -117,14 +118,14 @@ impl StateFile {
         // Only the lock's holder writes its content. Killed before this, the lock file stays
         // empty, which reads as used: the old, safe refusal.
         let fresh = if created { mark(&lock, FRESH) } else { is_fresh(&lock) }.map_err(io(&lock_path))?;
-        let path = dir.join(format!("worker-{worker_id}.json"));
+        let path = dir.join(format!("worker-{slot}.json"));
         let file = StateFile {
             dir: dir.to_path_buf(),
             path,
-            worker_id,
+            slot,
             _lock: lock,
-            tickets: AtomicU64::new(0),
-            turns: Mutex::new(Turns { latest: 0, fresh }),
+            tickets: Tickets::default(),
+            shared: Mutex::new(Shared { turns: Turns::default(), fresh }),
             #[cfg(test)]
             hook: tests::Hook::default(),
         };
@@ -136,7 +137,7 @@ impl StateFile {
         let saved = saved?;
         match (&saved, fresh) {
             (None, false) if !accept_missing => {
-                return Err(StoreError::StateMissing { path: file.path.display().to_string(), worker_id });
+                return Err(StoreError::StateMissing { path: file.path.display().to_string(), slot });
             }
             (None, false) => tracing::warn!(
                 path = %file.path.display(),
@@ -155,7 +156,7 @@ impl StateFile {
     }
 
     fn corrupt(&self, reason: String) -> StoreError {
-        StoreError::StateCorrupt { path: self.path.display().to_string(), reason, worker_id: self.worker_id }
+        StoreError::StateCorrupt { path: self.path.display().to_string(), reason, slot: self.slot }
     }
 
     fn read(&self) -> Result<Option<SavedState>, StoreError> {
@@ -168,15 +169,15 @@ impl StateFile {
         if saved.version != STATE_VERSION {
             return Err(self.corrupt(format!("version {} (this build reads {STATE_VERSION})", saved.version)));
         }
-        if saved.worker_id != self.worker_id {
-            return Err(self.corrupt(format!("it belongs to worker {}", saved.worker_id)));
+        if saved.slot != self.slot {
+            return Err(self.corrupt(format!("it belongs to worker {}", saved.slot)));
         }
         Ok(Some(saved))
     }
 
     /// The place in line of the next write; take it when the write is issued.
     pub fn ticket(&self) -> Ticket {
-        Ticket(self.tickets.fetch_add(1, Ordering::Relaxed) + 1)
+        self.tickets.issue()
     }
 
     /// Writes `state` durably: temp file, fsync, rename over the old file, fsync the dir.
@@ -191,7 +192,7 @@ impl StateFile {
     fn write_steps(&self, ticket: Ticket, state: &SavedState) -> std::io::Result<()> {
         #[cfg(test)]
         self.hook.at(tests::Step::Begun, state);
-        let tmp = self.dir.join(format!("worker-{}.json.tmp", self.worker_id));
+        let tmp = self.dir.join(format!("worker-{}.json.tmp", self.slot));
         let mut file = {
             let _turn = self.turn(ticket, Turn::Begin)?;
             // A new inode for every write: an earlier write still under way (its call timed
@@ -210,11 +211,11 @@ impl StateFile {
         #[cfg(test)]
         self.hook.at(tests::Step::TempSynced, state);
         {
-            let mut turns = self.turn(ticket, Turn::Rename)?;
-            if turns.fresh {
+            let mut shared = self.turn(ticket, Turn::Rename)?;
+            if shared.fresh {
                 // Before a state file can exist, the lock file stops saying there is none.
                 self.mark_used()?;
-                turns.fresh = false;
+                shared.fresh = false;
             }
             fs::rename(&tmp, &self.path)?;
         }
@@ -222,29 +223,20 @@ impl StateFile {
         File::open(&self.dir)?.sync_all()
     }
 
-    /// Takes `ticket`'s turn to begin, or to rename, under the lock.
-    ///
-    /// The rule: the state file only ever receives the latest write to
-    /// have begun. The store issues one write at a time, but a write whose call timed out
-    /// goes on in its thread; were it renamed in after the write that followed it, the file
-    /// would record its older, lower reservation, and a restart with the clock behind would
-    /// mint the same IDs again. So a write that finds a later one begun is dropped, and it
-    /// fails: its caller, if still waiting, learns that it did not land.
-    fn turn(&self, ticket: Ticket, turn: Turn) -> std::io::Result<std::sync::MutexGuard<'_, Turns>> {
+    /// Takes `ticket`'s turn to begin, or to rename, under the lock, by the rule of
+    /// [`Turns::take`]: the state file only ever receives the latest write to have begun. A
+    /// write that finds a later one begun is dropped, and it fails: its caller, if still
+    /// waiting, learns that it did not land.
+    fn turn(&self, ticket: Ticket, turn: Turn) -> std::io::Result<std::sync::MutexGuard<'_, Shared>> {
         // Plain values, each changed in one step: a panic elsewhere cannot leave them torn.
-        let mut turns = self.turns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let superseded = match turn {
-            Turn::Begin => turns.latest > ticket.0,
-            Turn::Rename => turns.latest != ticket.0,
-        };
-        if superseded {
-            return Err(std::io::Error::other(format!(
+        let mut shared = self.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        shared.turns.take(ticket, turn).map_err(|order::Superseded| {
+            std::io::Error::other(format!(
                 "dropped: a later write of worker {} began while this one was under way",
-                self.worker_id
-            )));
-        }
-        turns.latest = ticket.0;
-        Ok(turns)
+                self.slot
+            ))
+        })?;
+        Ok(shared)
     }
 
     /// Records in the lock file that a state file may exist, durably.
@@ -283,6 +275,17 @@ fn unwritable(dir: &Path, path: &Path, source: std::io::Error) -> StoreError {
     StoreError::StateDirUnwritable { dir: dir.display().to_string(), why, source }
 }
 
+/// What a state file read as `saved` holds for a store of `layout` (`None`: no file).
+fn stored(saved: Option<&SavedState>, layout: &Layout) -> Stored {
+    match saved {
+        None => Stored::Absent,
+        Some(saved) if saved.layout != *layout => {
+            Stored::Corrupt { reason: format!("another layout: {}", saved.layout) }
+        }
+        Some(saved) => Stored::Reserved { until_ms: saved.reserved_until_ms, version: Version::At(saved.revision) },
+    }
+}
+
 /// Opens the lock file, creating it if missing; whether it was created.
 fn open_lock(path: &Path) -> std::io::Result<(File, bool)> {
     match OpenOptions::new().read(true).write(true).create_new(true).open(path) {
@@ -311,21 +314,12 @@ fn mark(mut lock: &File, content: &[u8]) -> std::io::Result<bool> {
     Ok(content == FRESH)
 }
 
-/// Which turn of a write [`StateFile::turn`] takes.
-#[derive(Debug, Clone, Copy)]
-enum Turn {
-    /// Creating its temp file.
-    Begin,
-    /// Renaming it into place.
-    Rename,
-}
-
 /// Settings of standalone mode.
 #[derive(Debug, Clone)]
 pub struct StandaloneConfig {
     pub state_dir: PathBuf,
     /// The static worker IDs, each with its own state file.
-    pub worker_ids: Vec<u32>,
+    pub slots: Vec<Slot>,
     /// Start even though the state file of a worker that ran here before is missing.
     pub accept_missing_state: bool,
 }
@@ -334,9 +328,9 @@ pub struct StandaloneConfig {
 #[derive(Debug)]
 pub struct FileStore {
     layout: Layout,
-    files: BTreeMap<u32, Arc<StateFile>>,
-    /// The revision each file is known to be at; absent while unknown (after a failed write).
-    known: BTreeMap<u32, Version>,
+    files: BTreeMap<Slot, Arc<StateFile>>,
+    /// The revision each file is known to be at.
+    known: Revisions,
 }
 
 impl FileStore {
@@ -346,39 +340,31 @@ impl FileStore {
     pub fn open(config: &StandaloneConfig, layout: &Layout) -> Result<FileStore, StoreError> {
         let max = layout.max_worker();
         let mut files = BTreeMap::new();
-        let mut known = BTreeMap::new();
-        for &worker_id in &config.worker_ids {
-            if u64::from(worker_id) > max {
-                return Err(StoreError::WorkerOutOfRange {
-                    worker_id: worker_id.into(),
-                    worker_bits: layout.worker_bits,
-                    max,
+        let mut known = Revisions::default();
+        for &slot in &config.slots {
+            if u64::from(slot) > max {
+                return Err(StoreError::WorkerOutOfRange { slot: slot.into(), worker_bits: layout.worker_bits, max });
+            }
+            let (file, saved) = StateFile::open(&config.state_dir, slot, config.accept_missing_state)?;
+            if let Some(saved) = saved.as_ref().filter(|saved| saved.layout != *layout) {
+                return Err(StoreError::LayoutMismatch {
+                    saved_at: file.path().display().to_string(),
+                    saved: saved.layout.to_string(),
+                    configured: layout.to_string(),
                 });
             }
-            let (file, saved) = StateFile::open(&config.state_dir, worker_id, config.accept_missing_state)?;
-            let version = match &saved {
-                Some(saved) if saved.layout != *layout => {
-                    return Err(StoreError::LayoutMismatch {
-                        saved_at: file.path().display().to_string(),
-                        saved: saved.layout.to_string(),
-                        configured: layout.to_string(),
-                    });
-                }
-                Some(saved) => Version::At(saved.revision),
-                None => Version::Absent,
-            };
-            known.insert(worker_id, version);
-            files.insert(worker_id, Arc::new(file));
+            known.read(slot, &stored(saved.as_ref(), layout));
+            files.insert(slot, Arc::new(file));
         }
         Ok(FileStore { layout: layout.clone(), files, known })
     }
 
     /// The path of a worker's state file.
-    pub fn path(&self, worker_id: u32) -> Option<&Path> {
-        self.files.get(&worker_id).map(|f| f.path())
+    pub fn path(&self, slot: Slot) -> Option<&Path> {
+        self.files.get(&slot).map(|f| f.path())
     }
 
-    async fn read(&mut self, slots: &[u32]) -> Result<Vec<SlotRead>, String> {
+    async fn read(&mut self, slots: &[Slot]) -> Result<Vec<SlotRead>, String> {
         let mut reads = Vec::new();
         for &slot in slots {
             let Some(file) = self.files.get(&slot).cloned() else {
@@ -387,19 +373,11 @@ impl FileStore {
             let location = file.path().display().to_string();
             let result = tokio::task::spawn_blocking(move || file.read()).await.map_err(|e| e.to_string())?;
             let stored = match result {
-                Ok(None) => Stored::Absent,
-                Ok(Some(saved)) if saved.layout != self.layout => {
-                    Stored::Corrupt { reason: format!("another layout: {}", saved.layout) }
-                }
-                Ok(Some(saved)) => {
-                    Stored::Reserved { until_ms: saved.reserved_until_ms, version: Version::At(saved.revision) }
-                }
+                Ok(saved) => stored(saved.as_ref(), &self.layout),
                 Err(StoreError::StateCorrupt { reason, .. }) => Stored::Corrupt { reason },
                 Err(e) => return Err(e.to_string()),
             };
-            if let Some(version) = stored.version() {
-                self.known.insert(slot, version);
-            }
+            self.known.read(slot, &stored);
             reads.push(SlotRead { slot, location, stored });
         }
         Ok(reads)
@@ -410,11 +388,7 @@ impl FileStore {
         // refuses them all before any file is touched. The writes are not: one file after
         // another, each atomic; a failure partway leaves the earlier ones written, and says
         // the outcome is unknown, so the keeper reads every slot of the request again.
-        let stale: Vec<u32> = writes
-            .iter()
-            .filter(|w| w.expect.is_some_and(|expect| self.known.get(&w.slot) != Some(&expect)))
-            .map(|w| w.slot)
-            .collect();
+        let stale = self.known.stale(&writes);
         if !stale.is_empty() {
             return match self.read(&stale).await {
                 Ok(current) => Reply::WriteRefused { not_ours: Vec::new(), current },
@@ -426,13 +400,10 @@ impl FileStore {
             let Some(file) = self.files.get(&write.slot).cloned() else {
                 return Reply::WriteRefused { not_ours: vec![write.slot], current: Vec::new() };
             };
-            let revision = match self.known.get(&write.slot) {
-                Some(Version::At(r)) => r + 1,
-                _ => 1,
-            };
+            let revision = self.known.next(write.slot);
             let state = SavedState {
                 version: STATE_VERSION,
-                worker_id: write.slot,
+                slot: write.slot,
                 layout: self.layout.clone(),
                 reserved_until_ms: write.until_ms,
                 reserved_until: rfc3339_ms(write.until_ms),
@@ -444,21 +415,18 @@ impl FileStore {
             // write cannot land after the next one.
             let ticket = file.ticket();
             let written = tokio::task::spawn_blocking(move || file.write(ticket, &state)).await;
-            match written {
+            let error = match written {
                 Ok(Ok(())) => {
-                    self.known.insert(write.slot, Version::At(revision));
-                    versions.push((write.slot, Version::At(revision)));
+                    versions.push((write.slot, self.known.written(write.slot, revision)));
+                    continue;
                 }
-                Ok(Err(e)) => {
-                    // Part of the write may be on disk: the revision is unknown until read.
-                    self.known.remove(&write.slot);
-                    return Reply::Failed { error: format!("state file {path}: {e}"), outcome: Outcome::Unknown };
-                }
-                Err(e) => {
-                    self.known.remove(&write.slot);
-                    return Reply::Failed { error: format!("state file {path}: {e}"), outcome: Outcome::Unknown };
-                }
-            }
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+            };
+            // Part of the write may be on disk: the revision is unknown until read.
+            let outcome = Outcome::Unknown;
+            self.known.failed(write.slot, outcome);
+            return Reply::Failed { error: format!("state file {path}: {error}"), outcome };
         }
         Reply::Written(versions)
     }
@@ -467,27 +435,18 @@ impl FileStore {
 impl Store for FileStore {
     async fn call(&mut self, request: Request) -> Reply {
         match request {
-            // The claim on a state file is its lock, taken when the store was opened: it
-            // never expires.
-            Request::OpenSession { .. } => Reply::SessionOpened { session: 1, ttl: None },
-            Request::ListSlots { .. } => Reply::Slots { taken: Vec::new(), ours: self.files.keys().copied().collect() },
-            Request::CountSlots => Reply::SlotCount { taken: self.files.len() as u64 },
-            // One instance per state dir: no peers to compare with.
-            Request::SampleClocks { .. } => Reply::PeerClocks(Vec::new()),
-            Request::Claim { slot, .. } => Reply::Claimed { slot, won: self.files.contains_key(&slot) },
             Request::ReadReservations { slots, .. } => match self.read(&slots).await {
                 Ok(reads) => Reply::reservations(reads),
                 Err(error) => Reply::Failed { error, outcome: Outcome::NotApplied },
             },
             Request::WriteReservations { writes, .. } => self.write(writes).await,
-            // One instance per state dir: no fleet to fence.
-            Request::SetFence { .. } => Reply::FenceSet,
-            Request::Renew { .. } => Reply::Renewed { ttl: std::time::Duration::MAX, fence: None },
-            Request::Release { .. } => Reply::Released,
-            Request::CloseSession { .. } => {
-                // Unlock: the next run may take the state at once.
-                self.files.clear();
-                Reply::SessionClosed
+            request => {
+                if let Request::CloseSession { .. } = request {
+                    // Unlock: the next run may take the state at once.
+                    self.files.clear();
+                }
+                let slots: Vec<Slot> = self.files.keys().copied().collect();
+                rules::answer(&request, &slots).expect("a request that touches no state file")
             }
         }
     }
@@ -533,10 +492,10 @@ mod tests {
         }
     }
 
-    fn state(worker_id: u32, reserved_until_ms: i64, revision: i64) -> SavedState {
+    fn state(slot: Slot, reserved_until_ms: i64, revision: i64) -> SavedState {
         SavedState {
             version: STATE_VERSION,
-            worker_id,
+            slot,
             layout: Layout::default_snowmint(),
             reserved_until_ms,
             reserved_until: rfc3339_ms(reserved_until_ms),
@@ -604,7 +563,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_held, _) = StateFile::open(dir.path(), 3, false).unwrap();
         let err = StateFile::open(dir.path(), 3, false).unwrap_err();
-        assert!(matches!(err, StoreError::StateLocked { worker_id: 3, .. }), "{err}");
+        assert!(matches!(err, StoreError::StateLocked { slot: 3, .. }), "{err}");
         // Another worker's state in the same dir is independent.
         StateFile::open(dir.path(), 4, false).unwrap();
     }
@@ -617,7 +576,7 @@ mod tests {
         drop(file);
         fs::remove_file(dir.path().join("worker-3.json")).unwrap();
         let err = StateFile::open(dir.path(), 3, false).unwrap_err();
-        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+        assert!(matches!(err, StoreError::StateMissing { slot: 3, .. }), "{err}");
         assert!(err.to_string().contains("--accept-missing-state"), "{err}");
         let (_, saved) = StateFile::open(dir.path(), 3, true).unwrap();
         assert_eq!(saved, None);
@@ -638,7 +597,7 @@ mod tests {
         drop(file);
         fs::remove_file(dir.path().join("worker-3.json")).unwrap();
         let err = StateFile::open(dir.path(), 3, false).unwrap_err();
-        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+        assert!(matches!(err, StoreError::StateMissing { slot: 3, .. }), "{err}");
     }
 
     /// An older build's lock file is empty whether or not it ever wrote: a missing state
@@ -648,7 +607,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("worker-3.lock"), "").unwrap();
         let err = StateFile::open(dir.path(), 3, false).unwrap_err();
-        assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{err}");
+        assert!(matches!(err, StoreError::StateMissing { slot: 3, .. }), "{err}");
     }
 
     /// A state file found at a start, readable or not, counts as written: should it go
@@ -661,7 +620,7 @@ mod tests {
             drop(StateFile::open(dir.path(), 3, false));
             fs::remove_file(dir.path().join("worker-3.json")).unwrap();
             let err = StateFile::open(dir.path(), 3, false).unwrap_err();
-            assert!(matches!(err, StoreError::StateMissing { worker_id: 3, .. }), "{content}: {err}");
+            assert!(matches!(err, StoreError::StateMissing { slot: 3, .. }), "{content}: {err}");
         }
     }
 
@@ -683,7 +642,7 @@ mod tests {
     async fn a_write_over_a_stale_revision_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let config =
-            StandaloneConfig { state_dir: dir.path().to_path_buf(), worker_ids: vec![3], accept_missing_state: false };
+            StandaloneConfig { state_dir: dir.path().to_path_buf(), slots: vec![3], accept_missing_state: false };
         let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
         let write = |until_ms, expect| Write {
             slot: 3,
@@ -727,11 +686,8 @@ mod tests {
     #[tokio::test]
     async fn a_write_of_several_slots_that_fails_partway_says_its_outcome_is_unknown() {
         let dir = tempfile::tempdir().unwrap();
-        let config = StandaloneConfig {
-            state_dir: dir.path().to_path_buf(),
-            worker_ids: vec![3, 4],
-            accept_missing_state: false,
-        };
+        let config =
+            StandaloneConfig { state_dir: dir.path().to_path_buf(), slots: vec![3, 4], accept_missing_state: false };
         let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
         let writes = |until_ms, expect: [Version; 2]| Request::WriteReservations {
             session: 1,
@@ -804,11 +760,8 @@ mod tests {
         const LIMIT: Duration = Duration::from_secs(10);
         for step in [Step::Begun, Step::TempCreated, Step::TempSynced] {
             let dir = tempfile::tempdir().unwrap();
-            let config = StandaloneConfig {
-                state_dir: dir.path().to_path_buf(),
-                worker_ids: vec![3],
-                accept_missing_state: false,
-            };
+            let config =
+                StandaloneConfig { state_dir: dir.path().to_path_buf(), slots: vec![3], accept_missing_state: false };
             let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
             let write = |until_ms, expect| Request::WriteReservations {
                 session: 1,

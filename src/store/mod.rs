@@ -13,6 +13,7 @@ pub mod alarm;
 pub mod etcd;
 pub mod file;
 
+use crate::layout::Slot;
 use std::time::Duration;
 
 /// The most slots one [`Request::ReadReservations`] names. Every store reads that many in one
@@ -73,7 +74,7 @@ impl Stored {
 /// One slot's reservation as read, with where it lives (a file path, an etcd key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotRead {
-    pub slot: u32,
+    pub slot: Slot,
     pub location: String,
     pub stored: Stored,
 }
@@ -93,7 +94,7 @@ pub struct Fence {
 /// Another holder's clock, as it published it with its latest reservation write of a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerClock {
-    pub slot: u32,
+    pub slot: Slot,
     /// The session that holds the slot (etcd: its lease): one instance holds all its slots
     /// under one session, so this says which instance the clock is.
     pub holder: SessionId,
@@ -104,7 +105,7 @@ pub struct PeerClock {
 /// One conditional reservation write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
-    pub slot: u32,
+    pub slot: Slot,
     /// The new reservation, Unix ms.
     pub until_ms: i64,
     /// The version it replaces: the write applies only if the stored one is still this.
@@ -130,13 +131,13 @@ pub enum Request {
     /// The wall clocks other holders published with their latest reservation writes: up to
     /// `limit` holders (sessions other than `session`), one slot each, found from slot `from`
     /// on (wrapping), for the fleet's clock check. A holder of many slots is one holder.
-    SampleClocks { session: SessionId, from: u32, limit: u32 },
+    SampleClocks { session: SessionId, from: Slot, limit: u32 },
     /// Takes `slot` for `session` if it is free, or confirms it is already `session`'s.
-    Claim { session: SessionId, slot: u32 },
+    Claim { session: SessionId, slot: Slot },
     /// Reads the reservations of `slots` (at most [`MAX_READS`]), and the fleet's fence.
     /// Always linearizable in production: a read served from a member's stale copy could
     /// miss the previous holder's last reservation.
-    ReadReservations { slots: Vec<u32>, linearizable: bool },
+    ReadReservations { slots: Vec<Slot>, linearizable: bool },
     /// Sets the fleet's fence (or raises it: a lower one never replaces a higher one).
     SetFence { until_ms: i64, reason: String },
     /// Writes reservations (at most [`MAX_WRITES`]): each only while `session` holds its slot
@@ -150,7 +151,7 @@ pub enum Request {
     /// Keeps the session alive.
     Renew { session: SessionId },
     /// Gives one slot back, if `session` still holds it.
-    Release { session: SessionId, slot: u32 },
+    Release { session: SessionId, slot: Slot },
     /// Ends the session, releasing every slot it holds.
     CloseSession { session: SessionId },
 }
@@ -193,8 +194,8 @@ pub enum Reply {
         ttl: Option<Duration>,
     },
     Slots {
-        taken: Vec<u32>,
-        ours: Vec<u32>,
+        taken: Vec<Slot>,
+        ours: Vec<Slot>,
     },
     SlotCount {
         taken: u64,
@@ -206,7 +207,7 @@ pub enum Reply {
     PeerClocks(Vec<PeerClock>),
     /// `won`: the slot now belongs to the session (newly, or already).
     Claimed {
-        slot: u32,
+        slot: Slot,
         won: bool,
     },
     Reservations {
@@ -216,10 +217,10 @@ pub enum Reply {
     },
     FenceSet,
     /// Every write applied; the new version of each slot's reservation.
-    Written(Vec<(u32, Version)>),
+    Written(Vec<(Slot, Version)>),
     /// Nothing applied: the slots no longer the session's, and the current reservations.
     WriteRefused {
-        not_ours: Vec<u32>,
+        not_ours: Vec<Slot>,
         current: Vec<SlotRead>,
     },
     Renewed {
@@ -262,19 +263,19 @@ pub enum StoreError {
     #[error("state dir {dir} cannot be written: {why} ({source})")]
     StateDirUnwritable { dir: String, why: String, source: std::io::Error },
     #[error(
-        "state file {path} is corrupt ({reason}); it is never reset automatically: inspect it, and remove it only if no other instance used worker {worker_id} with a clock ahead of this one"
+        "state file {path} is corrupt ({reason}); it is never reset automatically: inspect it, and remove it only if no other instance used worker {slot} with a clock ahead of this one"
     )]
-    StateCorrupt { path: String, reason: String, worker_id: u32 },
+    StateCorrupt { path: String, reason: String, slot: Slot },
     #[error(
-        "state file {path} is missing, but worker {worker_id} ran in this state dir before: the IDs it minted may not be covered; if the host clock is right and past every ID this worker minted (a run may mint up to --max-clock-drift-ms ahead of its clock: wait that long after it stopped), start once with --accept-missing-state"
+        "state file {path} is missing, but worker {slot} ran in this state dir before: the IDs it minted may not be covered; if the host clock is right and past every ID this worker minted (a run may mint up to --max-clock-drift-ms ahead of its clock: wait that long after it stopped), start once with --accept-missing-state"
     )]
-    StateMissing { path: String, worker_id: u32 },
-    #[error("state dir {dir} is in use by another snowmint process for worker {worker_id} (lock {lock})")]
-    StateLocked { dir: String, worker_id: u32, lock: String },
+    StateMissing { path: String, slot: Slot },
+    #[error("state dir {dir} is in use by another snowmint process for worker {slot} (lock {lock})")]
+    StateLocked { dir: String, slot: Slot, lock: String },
     #[error("layout mismatch: {saved_at} records \"{saved}\" but this instance is configured with \"{configured}\"")]
     LayoutMismatch { saved_at: String, saved: String, configured: String },
-    #[error("worker id {worker_id} does not fit {worker_bits} worker bits (maximum {max})")]
-    WorkerOutOfRange { worker_id: u64, worker_bits: u8, max: u64 },
+    #[error("worker id {slot} does not fit {worker_bits} worker bits (maximum {max})")]
+    WorkerOutOfRange { slot: u64, worker_bits: u8, max: u64 },
     #[error("{0}")]
     Etcd(String),
 }

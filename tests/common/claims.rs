@@ -8,7 +8,7 @@
 //! - **keepers**: the real slot keeper over the real etcd store, many in this one process
 //!   ([`start_keepers`]). A thousand snowmint processes would need several GB of memory on a
 //!   machine shared with others; the claim is the keeper's and the store's alone (the
-//!   server's `start_keeper` runs exactly `EtcdStore::connect` then `keeper::start`, and logs
+//!   server's `start_keeper` runs exactly `EtcdStore::connect` then `node::start_keeper`, and logs
 //!   its listening line only once that returns), so running them many times in one process
 //!   claims exactly as many processes would: each keeper has its own etcd connections (one
 //!   per endpoint), its own lease, its own state machine and its own random seed. What one
@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 
 use snowmint::clock::{Clock, SystemClock};
 use snowmint::grant::Progress;
-use snowmint::keeper::{self, KeeperConfig, KeeperHandle, SlotPolicy};
+use snowmint::keeper::{self, KeeperConfig, SlotPolicy};
 use snowmint::layout::Layout;
 use snowmint::metrics::Metrics;
+use snowmint::node::{self, KeeperHandle};
 use snowmint::store::alarm::AlarmWatch;
 use snowmint::store::etcd::{EtcdConfig, EtcdStore};
 use snowmint::store::{Reply, Request, Store};
@@ -262,8 +263,7 @@ pub type Feed = (tokio::sync::watch::Sender<Progress>, Vec<u32>, Arc<dyn Clock>)
 
 /// The [`Feed`] of `handle`, minting on `clock`'s time, for [`keep_minting`].
 pub fn feed(handle: &KeeperHandle, clock: Arc<dyn Clock>) -> Feed {
-    let slots =
-        handle.holding.borrow().grant().map(|g| g.slots.iter().map(|s| s.worker_id).collect()).unwrap_or_default();
+    let slots = handle.holding.borrow().grant().map(|g| g.slots.iter().map(|s| s.slot).collect()).unwrap_or_default();
     (handle.progress.clone(), slots, clock)
 }
 
@@ -304,7 +304,7 @@ pub async fn start_keepers(
             Ok(Err(e)) => panic!("keeper {i} failed: {e}"),
             Err(_) => panic!("keeper {i} did not start within 120 s"),
         };
-        let slot = handle.holding.borrow().grant().expect("a started keeper holds its slot").slots[0].worker_id;
+        let slot = handle.holding.borrow().grant().expect("a started keeper holds its slot").slots[0].slot;
         keepers.push(Keeper { handle, ready, slot });
     }
     let etcd = EtcdLoad::read(cluster).await.since(&before);
@@ -342,14 +342,14 @@ pub async fn start_keeper(
         fence_window_ms: keeper::fence_window_ms(config.lease_ttl, Duration::from_secs(10), 3_000, Some(30_000)),
         max_clock_drift_ms: 10_000,
     };
-    let driver = keeper::DriverConfig {
+    let driver = node::DriverConfig {
         call_timeout: config.call_timeout(),
         start_timeout: config.start_timeout,
         clock,
         metrics: Metrics::new(),
         observer: None,
     };
-    keeper::start(Counted { inner: store, counts }, keeper_config, driver).await.map_err(|e| e.to_string())
+    node::start_keeper(Counted { inner: store, counts }, keeper_config, driver).await.map_err(|e| e.to_string())
 }
 
 /// Ends every keeper: each gives its slot back.

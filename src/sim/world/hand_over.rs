@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 use super::{Ev, Fault, MS, Mode, Params, SECOND, World};
-use crate::layout::Layout;
+use crate::layout::{Layout, Slot};
 use crate::sim::Us;
 use crate::sim::rng::Rng;
 use crate::store::SessionId;
@@ -98,7 +98,7 @@ pub(super) struct Script {
     /// B's slot is freed by hand (its worker key deleted) rather than by its lease expiring.
     delete_key: bool,
     /// A's first slot, handed over.
-    slot: u32,
+    slot: Slot,
     /// A's latest claim of the slot, and the session it holds it under.
     claim: u64,
     session: SessionId,
@@ -240,9 +240,9 @@ impl World {
     }
 
     /// The slot machine `m`'s process holds as last published, and its claim.
-    fn held(&self, m: usize) -> Option<(u32, u64)> {
+    fn held(&self, m: usize) -> Option<(Slot, u64)> {
         let grant = self.machines[m].process.as_ref()?.published.grant()?;
-        grant.slots.first().map(|slot| (slot.worker_id, slot.claim))
+        grant.slots.first().map(|slot| (slot.slot, slot.claim))
     }
 
     /// Counts and traces a fault the script injects.

@@ -1,5 +1,6 @@
 //! The minter task: the one tokio task that owns the [`MinterCore`], and the handle callers
-//! use to reach it.
+//! use to reach it. It tells the keeper of its progress by the rules of [`super::link`], and
+//! hands the core's events to [`super::report`].
 //!
 //! Calls send a request over a bounded mpsc channel and wait on a oneshot for the reply. The
 //! task takes in every request waiting on its channel at each wake-up and passes them to the
@@ -17,13 +18,15 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Ask, ConnectionKey, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
-use super::error::{MintError, Readiness};
+use super::link::MinterSide;
+use super::report::MinterReport;
 use crate::clock::Clock;
-use crate::grant::Progress;
-use crate::grant::{Holding, Minted};
+use crate::grant::{Holding, Minted, Progress};
 use crate::layout::LayoutError;
 use crate::metrics::Metrics;
+use crate::minter::{
+    Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Readiness, Reading, Responder,
+};
 
 type Reply = oneshot::Sender<Result<Ids, MintError>>;
 
@@ -138,9 +141,6 @@ const PRECISE: Duration = Duration::from_micros(2_500);
 /// sleeping thread takes tens of microseconds.
 const SPIN: Duration = Duration::from_micros(150);
 
-/// How far the minting time moves before the keeper hears of it again.
-pub(crate) const PROGRESS_EVERY_MS: i64 = 100;
-
 /// What the minter task is connected to.
 pub struct MinterLinks {
     pub holding: watch::Receiver<Holding>,
@@ -155,7 +155,7 @@ pub struct MinterLinks {
 /// already sent are answered, or at once when `stop` is cancelled (answering what is still
 /// pending with [`MintError::ShuttingDown`]). It returns what it minted.
 #[allow(clippy::type_complexity)]
-pub fn spawn(
+pub fn spawn_minter(
     config: MinterConfig,
     max_outstanding: usize,
     clock: Arc<dyn Clock>,
@@ -164,7 +164,8 @@ pub fn spawn(
     stop: CancellationToken,
 ) -> Result<(MintHandle, watch::Receiver<Readiness>, tokio::task::JoinHandle<Minted>), LayoutError> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    let mut core = MinterCore::new(config.clone(), metrics)?;
+    let report = MinterReport::new(metrics, &config);
+    let mut core = MinterCore::new(config.clone(), report.tally())?;
     core.set_store_trouble(links.store_trouble.borrow().clone());
     let initial = Readiness::NotServing(MintError::NoWorker("starting".into()));
     let (readiness_tx, readiness) = watch::channel(initial);
@@ -183,8 +184,8 @@ pub fn spawn(
         rx,
         links,
         readiness: readiness_tx,
-        progress_sent: None,
-        generation_seen: None,
+        side: MinterSide::default(),
+        report,
         sleepers,
         requests_open: true,
         holding_open: true,
@@ -198,10 +199,9 @@ struct Minter {
     rx: mpsc::Receiver<Pending<Reply>>,
     links: MinterLinks,
     readiness: watch::Sender<Readiness>,
-    /// The minting time last reported to the keeper.
-    progress_sent: Option<i64>,
-    /// The generation of the last holding passed to the core.
-    generation_seen: Option<u64>,
+    /// When the keeper hears of the progress.
+    side: MinterSide,
+    report: MinterReport,
     /// Blocking sleepers started (see [`MintHandle::sleepers_started`]).
     sleepers: Arc<AtomicU64>,
     /// Whether a [`MintHandle`] is left to send requests.
@@ -222,36 +222,21 @@ impl Minter {
             let why = self.links.store_trouble.borrow_and_update().clone();
             self.core.set_store_trouble(why);
         }
-        let generation = holding.grant().map(|g| g.generation);
-        if generation != self.generation_seen {
-            // The claims change: say how far each slot got before the generator takes the new
-            // windows, so the history marks where one claim of a slot ends and the next one
-            // of this process begins (a resumed claim) at the last ID minted, not 100 ms off.
-            self.generation_seen = generation;
-            self.report_progress(true);
+        if let Some(progress) = self.side.before_pass(&self.core, &holding) {
+            self.links.progress.send_replace(progress);
         }
-        let next = self.core.pass(now, &holding);
+        let (next, to_keeper) = self.side.pass(&mut self.core, now, &holding);
+        self.report.after_pass(&mut self.core);
         if let Some(readiness) = self.core.poll_readiness() {
             self.readiness.send_replace(readiness);
         }
-        if self.core.take_extension_wish() {
+        if to_keeper.extend_now {
             self.links.extend_now.notify_one();
         }
-        self.report_progress(false);
-        next
-    }
-
-    /// Tells the keeper how far minting got: every [`PROGRESS_EVERY_MS`] of minting time, or
-    /// now when `now`.
-    fn report_progress(&mut self, now: bool) {
-        if let Some(mint_ms) = self.core.mint_ms()
-            && (now || self.progress_sent.is_none_or(|sent| mint_ms - sent >= PROGRESS_EVERY_MS))
-        {
-            self.progress_sent = Some(mint_ms);
-            if let Minted::UpTo(slots) = self.core.minted() {
-                self.links.progress.send_replace(Progress { mint_ms: Some(mint_ms), slots });
-            }
+        if let Some(progress) = to_keeper.progress {
+            self.links.progress.send_replace(progress);
         }
+        next
     }
 
     async fn run(mut self, stop: CancellationToken) -> Minted {
@@ -303,6 +288,7 @@ impl Minter {
                 }
             }
         }
+        self.report.after_pass(&mut self.core);
         if let Some(readiness) = self.core.poll_readiness() {
             self.readiness.send_replace(readiness);
         }
@@ -388,7 +374,7 @@ mod tests {
         let clock = Arc::new(SystemClock::new());
         let holding = Holding::Held(Grant {
             slots: vec![SlotGrant {
-                worker_id: 7,
+                slot: 7,
                 claim: 1,
                 floor_ms: None,
                 reserved_ms: clock.wall_ms() + 3_600_000,
@@ -411,10 +397,10 @@ mod tests {
             max_clock_back: Duration::from_millis(5),
             max_clock_drift: Duration::ZERO,
             max_wait: Duration::from_secs(60),
-            fair_quantum: super::super::FAIR_QUANTUM,
+            fair_quantum: crate::minter::FAIR_QUANTUM,
         };
         let stop = CancellationToken::new();
-        let (handle, _, task) = spawn(config, usize::MAX, clock, Metrics::new(), links, stop.clone()).unwrap();
+        let (handle, _, task) = spawn_minter(config, usize::MAX, clock, Metrics::new(), links, stop.clone()).unwrap();
         (handle, task, stop)
     }
 
