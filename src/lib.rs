@@ -7,9 +7,13 @@
 //!   clock trait lets tests step time back and forth; [`clock_filter`] follows a forward
 //!   jump of the wall clock only once it has lasted, and [`clock_memory`] keeps what it knew
 //!   for the next process on the host. No I/O (but that small file), no tokio.
-//! - [`minter`]: the single task that owns the generator and answers every request.
+//! - [`minter`]: the minter core, with no I/O: the queue, the generator, and the holding it
+//!   mints under, turned into replies and events.
 //! - [`keeper`]: the slot keeper, the one place the claim and reservation rules live, as a
-//!   state machine with no I/O and a tokio driver; [`grant`] is what it hands the minter.
+//!   state machine with no I/O; [`grant`] is what it hands the minter.
+//! - [`node`]: the two cores joined: the rules between them (progress, extend-now, the order
+//!   of events and holdings), their events turned into metrics and logs, and the tokio tasks
+//!   that run them. The simulator drives the same joining rules.
 //! - [`store`]: where slots are claimed and reservations kept (a state file, or etcd),
 //!   behind one small compare-and-set protocol.
 //! - [`upkeep`]: what an etcd-mode fleet does so that its etcd lasts for months: one instance
@@ -23,6 +27,7 @@
 //! - [`metrics`]: every Prometheus metric.
 //! - [`opaque`]: opaque public IDs, a keyed permutation of the ID space (FF1) and the
 //!   string form that carries the key version. Pure, as the core is.
+//! - [`uuid7`]: UUIDv7 (RFC 9562) made from minted IDs, and read back. Pure.
 //!
 //! The command line and the load tool are the `snowmint` binary's (`src/main.rs`,
 //! `src/cli/`); the Rust client is its own crate, `snowmint-client` (`clients/rust`).
@@ -41,6 +46,7 @@ pub mod keeper;
 pub mod layout;
 pub mod metrics;
 pub mod minter;
+pub mod node;
 pub mod opaque;
 pub mod proto;
 pub mod rpc;
@@ -49,3 +55,4 @@ pub mod server;
 mod sim;
 pub mod store;
 pub mod upkeep;
+pub mod uuid7;

@@ -13,10 +13,11 @@ use prometheus::{
 };
 
 /// The RPC methods of the `IdService`, as they appear in the `method` label.
-pub const METHODS: [&str; 4] = ["NextId", "BatchIds", "Decode", "Reveal"];
+pub const METHODS: [&str; 6] = ["NextId", "BatchIds", "Decode", "Reveal", "NextUuid", "BatchUuids"];
 
 /// The methods that ask the minter for IDs, as they appear in the `method` label of the
-/// minter's queue metrics.
+/// minter's queue metrics: the minter sees a `NextUuid` as the one ID it asks for
+/// (`NextId`), and a `BatchUuids` as a batch (`BatchIds`).
 pub const NEXT_ID: &str = METHODS[0];
 pub const BATCH_IDS: &str = METHODS[1];
 
@@ -185,7 +186,7 @@ impl Metrics {
         )
         .unwrap();
         let batch_size = Histogram::with_opts(
-            HistogramOpts::new("snowmint_batch_size", "IDs asked for per BatchIds call.")
+            HistogramOpts::new("snowmint_batch_size", "IDs asked for per BatchIds or BatchUuids call.")
                 .buckets(prometheus::exponential_buckets(1.0, 4.0, 9).unwrap()),
         )
         .unwrap();

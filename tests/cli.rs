@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::{ServerBuilder, assert_increasing, assert_unique, run_binary};
 use snowmint::proto::id_service_server::{IdService, IdServiceServer};
 use snowmint::proto::{
-    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
-    RevealResponse,
+    BatchIdsRequest, BatchIdsResponse, BatchUuidsRequest, BatchUuidsResponse, DecodeRequest, DecodeResponse,
+    NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, RevealRequest, RevealResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -115,6 +115,38 @@ async fn next_and_batch_talk_to_a_server() {
         tokio::task::spawn_blocking(move || run_binary(&["batch", "0", "--addr", &url])).await.unwrap();
     assert_ne!(code, 0);
     assert!(err.contains("InvalidArgument") && err.contains("65536"), "{err}");
+    server.stop().await;
+}
+
+/// `next --uuid` and `batch --uuid` print UUIDv7s' text forms, increasing, and `decode` reads
+/// one back into the ID it was made from and the slot that minted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_batch_and_decode_with_uuids() {
+    let server = ServerBuilder::new().slot(7).start().await;
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || run_binary(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+    };
+    let url = server.url();
+    let (code, out, err) = run(vec!["next".into(), "--uuid".into(), "--addr".into(), url.clone()]).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    let one = out.trim().to_string();
+    assert_eq!((one.len(), &one[14..15]), (36, "7"), "{one}");
+    let (code, out, err) =
+        run(vec!["batch".into(), "100".into(), "--uuid".into(), "--addr".into(), url.clone()]).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    let uuids: Vec<&str> = out.lines().collect();
+    assert_eq!(uuids.len(), 100);
+    assert!(uuids.windows(2).all(|w| w[0] < w[1]) && one.as_str() < uuids[0], "not increasing: {one} {uuids:?}");
+    let (code, out, err) = run(vec!["decode".into(), "--json".into(), uuids[99].to_uppercase()]).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    let decoded: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((decoded["uuid"].as_str(), decoded["worker_id"].as_u64()), (Some(uuids[99]), Some(7)), "{out}");
+    let (code, _, err) = run(vec!["decode".into(), "019b76da-a800-4003-bfc0-0000db803819".into()]).await.unwrap();
+    assert_ne!(code, 0);
+    assert!(err.contains("not a UUIDv7: its version is 4"), "{err}");
+    let (code, _, err) = run(vec!["next".into(), "--uuid".into(), "--opaque".into()]).await.unwrap();
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot be used with"), "{err}");
     server.stop().await;
 }
 
@@ -262,6 +294,14 @@ impl IdService for Repeating {
     }
 
     async fn reveal(&self, _: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn next_uuid(&self, _: Request<NextUuidRequest>) -> Result<Response<NextUuidResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn batch_uuids(&self, _: Request<BatchUuidsRequest>) -> Result<Response<BatchUuidsResponse>, Status> {
         Err(Status::unimplemented("not in this test"))
     }
 }

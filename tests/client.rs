@@ -13,8 +13,8 @@ use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::layout::Layout;
 use snowmint::proto::id_service_server::{IdService, IdServiceServer};
 use snowmint::proto::{
-    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, RevealRequest,
-    RevealResponse,
+    BatchIdsRequest, BatchIdsResponse, BatchUuidsRequest, BatchUuidsResponse, DecodeRequest, DecodeResponse,
+    NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, RevealRequest, RevealResponse,
 };
 use snowmint_client::{BufferConfig, Client, ClientError};
 use tonic::{Code, Request, Response, Status};
@@ -84,6 +84,14 @@ impl IdService for Stub {
     async fn reveal(&self, _: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
         self.answer().await
     }
+
+    async fn next_uuid(&self, _: Request<NextUuidRequest>) -> Result<Response<NextUuidResponse>, Status> {
+        self.answer().await
+    }
+
+    async fn batch_uuids(&self, _: Request<BatchUuidsRequest>) -> Result<Response<BatchUuidsResponse>, Status> {
+        self.answer().await
+    }
 }
 
 #[tokio::test]
@@ -105,6 +113,40 @@ async fn next_id_and_batch() {
     assert!(matches!(client.next_id().await, Err(ClientError::Closed)));
     assert!(matches!(client.batch(3).await, Err(ClientError::Closed)));
     server.stop().await;
+}
+
+/// UUIDs: version 7, of this server's slot, increasing within a batch and from call to call,
+/// failing over as IDs do past an endpoint that refuses or is gone; a bad count is the
+/// server's answer, not failed over.
+#[tokio::test]
+async fn next_uuid_and_batch_uuids_fail_over_as_ids_do() {
+    let good = ServerBuilder::new().slot(6).start().await;
+    let (refusing, clock) = steppable().await;
+    clock.step_wall(-60_000);
+    let gone = format!("http://127.0.0.1:{}", common::etcd::free_port());
+    let client = Client::builder([refusing.url(), gone, good.url()]).connect().unwrap();
+    let layout = snowmint_client::Layout::default_snowmint();
+    let mut uuids = vec![client.next_uuid().await.unwrap()];
+    for count in [1, 1_000] {
+        uuids.extend(client.batch_uuids(count).await.unwrap());
+        uuids.push(client.next_uuid().await.unwrap());
+    }
+    assert_eq!(uuids.len(), 1_004);
+    assert!(uuids.windows(2).all(|w| w[0] < w[1]), "UUIDs not increasing");
+    assert!(uuids.windows(2).all(|w| w[0].to_string() < w[1].to_string()), "their text not increasing");
+    for uuid in &uuids {
+        assert_eq!(layout.decode_uuid(*uuid).unwrap().slot, 6, "{uuid}");
+    }
+    let refused = r#"snowmint_requests_total{code="Unavailable",method="NextUuid",protocol="grpc"}"#;
+    assert!(refusing.metric(refused).await >= 1.0);
+    let error = Client::builder([good.url(), refusing.url()]).connect().unwrap().batch_uuids(0).await.unwrap_err();
+    assert!(matches!(&error, ClientError::Rejected(s) if s.code() == Code::InvalidArgument), "{error}");
+    let invalid = r#"snowmint_requests_total{code="InvalidArgument",method="BatchUuids",protocol="grpc"}"#;
+    assert_eq!((good.metric(invalid).await, refusing.metric(invalid).await), (1.0, 0.0));
+    client.close();
+    assert!(matches!(client.next_uuid().await, Err(ClientError::Closed)));
+    refusing.stop().await;
+    good.stop().await;
 }
 
 #[tokio::test]

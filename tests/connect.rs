@@ -361,3 +361,32 @@ async fn calls_on_one_connection_do_not_wait_for_nagle() {
     assert_eq!(server.metric(counted).await, 20.0);
     server.stop().await;
 }
+
+/// UUIDs over Connect: `NextUuid` and `BatchUuids` answer the bytes (base64) and the text form,
+/// and `Decode` reads a UUID's text back; one snowmint did not mint is `invalid_argument`.
+#[tokio::test]
+async fn uuids_are_minted_and_decoded_over_json() {
+    let server = ServerBuilder::new().slot(9).start().await;
+    let addr = server.grpc;
+    let one = blocking(move || post(addr, "NextUuid", "{}", &[])).await;
+    assert_eq!(one.status, 200, "{one:?}");
+    let text = one.json()["text"].as_str().unwrap().to_string();
+    assert_eq!(one.json()["uuid"].as_str().map(str::len), Some(24), "16 bytes in base64: {one:?}");
+    let batch = blocking(move || post(addr, "BatchUuids", r#"{"count":3}"#, &[])).await;
+    let texts: Vec<String> =
+        batch.json()["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
+    assert_eq!(texts.len(), 3, "{batch:?}");
+    assert!(text < texts[0] && texts[0] < texts[1] && texts[1] < texts[2], "{text} {texts:?}");
+    let body = format!(r#"{{"uuidText":"{}"}}"#, texts[2]);
+    let decoded = blocking(move || post(addr, "Decode", &body, &[])).await;
+    assert_eq!(decoded.status, 200, "{decoded:?}");
+    assert_eq!(decoded.json()["workerId"], 9, "{decoded:?}");
+    assert_eq!(decoded.json()["uuidText"].as_str(), Some(texts[2].as_str()), "{decoded:?}");
+    let v4 = r#"{"uuidText":"019b76da-a800-4003-bfc0-0000db803819"}"#;
+    let refused = blocking(move || post(addr, "Decode", v4, &[])).await;
+    assert_eq!(refused.error(), (400, "invalid_argument".to_string()), "{refused:?}");
+    assert!(refused.json()["message"].as_str().unwrap().contains("version is 4"), "{refused:?}");
+    let zero = blocking(move || post(addr, "BatchUuids", r#"{"count":0}"#, &[])).await;
+    assert_eq!(zero.error(), (400, "invalid_argument".to_string()), "{zero:?}");
+    server.stop().await;
+}

@@ -96,8 +96,8 @@ struct Snippet {
     readme: String,
     /// The file it comes from, relative to the repository.
     file: String,
-    /// Only the part of the file between `quick-start:begin` and `quick-start:end`.
-    marked: bool,
+    /// Only the part of the file between `NAME:begin` and `NAME:end`: NAME.
+    marked: Option<String>,
     /// The code block's language and text.
     language: String,
     code: String,
@@ -114,9 +114,12 @@ fn snippets(readme: &str) -> Vec<Snippet> {
             panic!("{readme}: a snippet marker with no code block under it: {}", &part[..60.min(part.len())])
         });
         let (path, marked) = match marker.split_once(", ") {
-            None => (marker, false),
-            Some((path, "between its quick-start markers")) => (path, true),
-            Some((_, how)) => panic!("{readme}: a snippet marker says {how:?}"),
+            None => (marker, None),
+            Some((path, how)) => {
+                let name = how.strip_prefix("between its ").and_then(|how| how.strip_suffix(" markers"));
+                let name = name.unwrap_or_else(|| panic!("{readme}: a snippet marker says {how:?}"));
+                (path, Some(name.to_string()))
+            }
         };
         let (language, rest) = rest.split_once('\n').unwrap();
         let (code, after) = rest.split_once("```\n").unwrap();
@@ -133,12 +136,15 @@ fn snippets(readme: &str) -> Vec<Snippet> {
     found
 }
 
-/// The lines of `file` between its `quick-start:begin` and `quick-start:end` comments, with
-/// their common indentation taken off.
-fn marked_region(file: &str) -> String {
+/// The lines of `file` between its `NAME:begin` and `NAME:end` comments (`quick-start:begin`),
+/// with their common indentation taken off.
+fn marked_region(file: &str, name: &str) -> String {
     let lines: Vec<&str> = file.lines().collect();
-    let begin = lines.iter().position(|l| l.trim_end().ends_with("quick-start:begin")).expect("a begin marker");
-    let end = lines.iter().position(|l| l.trim_end().ends_with("quick-start:end")).expect("an end marker");
+    let marker = |end: &str| {
+        let marker = format!("{name}:{end}");
+        lines.iter().position(|l| l.trim_end().ends_with(&marker)).unwrap_or_else(|| panic!("no {marker} marker"))
+    };
+    let (begin, end) = (marker("begin"), marker("end"));
     let region = &lines[begin + 1..end];
     let indent =
         region.iter().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
@@ -157,8 +163,8 @@ fn every_quick_start_is_code_that_a_test_runs_and_every_language_has_one() {
     for snippet in &all {
         let file = std::fs::read_to_string(Path::new(ROOT).join(&snippet.file))
             .unwrap_or_else(|e| panic!("{}: the snippet's file {}: {e}", snippet.readme, snippet.file));
-        if snippet.marked {
-            let region = marked_region(&file);
+        if let Some(name) = &snippet.marked {
+            let region = marked_region(&file, name);
             assert!(
                 snippet.code.contains(&region),
                 "{}: the quick start differs from the marked part of {}:\n{region}",

@@ -240,7 +240,7 @@ impl Clock for StallingClock {
 async fn a_plain_next_id_keeps_its_deadline_while_the_minter_is_stalled() {
     let clock = StallingClock::default();
     // Room for every call on one connection: the minter's queue full, and more.
-    let calls = snowmint::minter::QUEUE + 100;
+    let calls = snowmint::node::QUEUE + 100;
     let server = ServerBuilder::new()
         .clock(clock.clone())
         .config(|c| c.limits.max_concurrent_streams = calls as u32 + 100)
@@ -281,7 +281,7 @@ async fn a_plain_next_id_keeps_its_deadline_while_the_minter_is_stalled() {
     let fresh = call(&mut client, NEXT_ID, &[], Some(framed(&[]))).await;
     assert_eq!(fresh.code, tonic::Code::Ok, "{fresh:?}");
     let dropped = server.metric(r#"snowmint_refused_on_arrival_total{reason="deadline"}"#).await;
-    assert!(dropped >= snowmint::minter::QUEUE as f64, "{dropped} requests dropped past their deadline");
+    assert!(dropped >= snowmint::node::QUEUE as f64, "{dropped} requests dropped past their deadline");
     assert_eq!(server.metric("snowmint_ids_discarded_total").await, 0.0);
     assert_eq!(server.metric("snowmint_ids_issued_total").await, 2.0);
     server.stop().await;

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Instructions the server executes per NextId call, counted by callgrind: unlike a timing,
+# Instructions the server executes per NextId call (or per call of --call, NextUuid say),
+# counted by callgrind: unlike a timing,
 # the count does not drift with the machine, so it shows what a change to the call path
 # gains. The server runs under valgrind with --worker-threads 1 unless the flags given name
 # another count; h2load makes 2,000 calls to warm it, the counters are zeroed, and 20,000
 # calls at 64 in flight are counted. Only user-space instructions count: system time (the
 # wake-ups of handing work between threads, say) is not in the figure.
 #
-#   scripts/measure/count-instructions.sh [--dry-run] [serve flags...]     e.g. --worker-threads 2
+#   scripts/measure/count-instructions.sh [--dry-run] [--call NextId|NextUuid] [serve flags...]
+#                                                           e.g. --worker-threads 2
 #
 # --dry-run prints the serve flags the count would run with, and stops.
 #
@@ -18,6 +20,17 @@ if [ "${1:-}" = --dry-run ]; then
   dry_run=true
   shift
 fi
+
+# The call counted: one whose request is the empty message, as NextId's and NextUuid's are.
+call=NextId
+if [ "${1:-}" = --call ]; then
+  call=$2
+  shift 2
+fi
+case "$call" in
+  NextId | NextUuid) ;;
+  *) echo "--call is NextId or NextUuid, not $call" >&2; exit 2 ;;
+esac
 
 # One worker thread unless the flags say otherwise: serve takes each flag once.
 threads=(--worker-threads 1)
@@ -54,10 +67,10 @@ valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%p" target/relea
   --state-dir "$work/state" --listen "127.0.0.1:$port" --admin-listen 127.0.0.1:0 "${serve_flags[@]}" \
   2>"$work/serve.log" &
 server=$!
-printf '\0\0\0\0\0' >"$work/next.bin" # a gRPC frame holding an empty NextIdRequest
+printf '\0\0\0\0\0' >"$work/next.bin" # a gRPC frame holding an empty request message
 calls() {
   h2load -t 1 -c 4 -m 16 -n "$1" --data="$work/next.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
-    "http://127.0.0.1:$port/snowmint.v1.IdService/NextId" | awk '/^requests:/ { print $8 }'
+    "http://127.0.0.1:$port/snowmint.v1.IdService/$call" | awk '/^requests:/ { print $8 }'
 }
 for _ in $(seq 300); do
   [ "$(calls 10 2>/dev/null || true)" = 10 ] && break
@@ -69,4 +82,4 @@ callgrind_control --zero "$server" >/dev/null 2>&1
 callgrind_control --dump "$server" >/dev/null 2>&1
 sleep 1
 total=$(awk '/^(summary|totals):/ { print $2; exit }' "$(ls "$work"/callgrind.*.1 | head -n 1)")
-echo "$((total / 20000)) instructions per NextId call (over 20,000 calls; serve ${serve_flags[*]})"
+echo "$((total / 20000)) instructions per $call call (over 20,000 calls; serve ${serve_flags[*]})"

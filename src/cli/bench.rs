@@ -1,6 +1,7 @@
-//! `snowmint bench`: the load tool. It drives NextId, BatchIds or the buffered Rust client
-//! against a server at a set concurrency for a set duration or call count, reports calls/s,
-//! IDs/s and latency percentiles, and checks that every ID it received is unique. A run with
+//! `snowmint bench`: the load tool. It drives NextId, BatchIds, NextUuid, BatchUuids or the
+//! buffered Rust client against a server at a set concurrency for a set duration or call
+//! count, reports calls/s, IDs/s (UUIDs/s) and latency percentiles, and checks that every ID
+//! (UUID) it received is unique. A run with
 //! a failed call or a duplicate ID is a failed run ([`Report::verdict`]): its figures measure
 //! something else than a server serving.
 //!
@@ -14,7 +15,9 @@
 //! The IDs are kept as runs of consecutive values ([`Runs`]): a batch comes as a few runs
 //! (whole ticks, or the fair queue's turns within one), so tens of millions of IDs a second
 //! take a few megabytes rather than hundreds of megabytes of fresh memory a second, whose
-//! page faults would throttle the client; and the check sorts runs rather than IDs.
+//! page faults would throttle the client; and the check sorts runs rather than IDs. A UUID is
+//! kept as a 64-bit key of the 90 bits that make it unique ([`uuid_key`]), which runs the same
+//! way.
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +25,7 @@ use clap::{Args, ValueEnum};
 use tonic::transport::{Channel, Endpoint};
 
 use snowmint_client::proto::id_service_client::IdServiceClient;
-use snowmint_client::proto::{BatchIdsRequest, NextIdRequest};
+use snowmint_client::proto::{BatchIdsRequest, BatchUuidsRequest, NextIdRequest, NextUuidRequest};
 use snowmint_client::{BufferConfig, Client};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -33,6 +36,10 @@ pub enum Method {
     Batch,
     /// The Rust client (snowmint-client) with its local buffer: next_id() per call.
     Buffered,
+    /// NextUuid calls.
+    NextUuid,
+    /// BatchUuids calls of --batch-size.
+    BatchUuids,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -43,7 +50,7 @@ pub struct BenchArgs {
     /// Which call to make.
     #[arg(long, value_enum, default_value_t = Method::Next)]
     pub method: Method,
-    /// IDs per BatchIds call.
+    /// IDs per BatchIds (UUIDs per BatchUuids) call.
     #[arg(long, default_value_t = 4096)]
     pub batch_size: u32,
     /// Calls in flight at once.
@@ -184,6 +191,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     // Paced calls are timed anyway, to know when the next one is due.
     let timed_every = if args.method == Method::Buffered && interval.is_none() { BUFFERED_LATENCY_SAMPLE } else { 1 };
     let start = Instant::now();
+    let uuid_base_ms = unix_ms_now() - UUID_KEY_SPAN_MS / 2;
     let mut tasks = Vec::new();
     for i in 0..args.concurrency {
         let target = match &buffered {
@@ -191,6 +199,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
             None => Target::Server(IdServiceClient::new(channels[i % channels.len()].clone())),
         };
         let load = Load {
+            uuid_base_ms,
             method: args.method,
             batch_size: args.batch_size,
             deadline: args.deadline_ms.map(Duration::from_millis),
@@ -378,6 +387,8 @@ enum Target {
 
 /// How a worker drives its calls.
 struct Load {
+    /// The Unix ms from which UUIDs' times are keyed ([`uuid_key`]).
+    uuid_base_ms: i64,
     method: Method,
     batch_size: u32,
     /// Each call's deadline.
@@ -443,6 +454,18 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
                 .await
                 .map(|r| out.ids.push_all(&r.into_inner().ids))
                 .map_err(|s| Failed::of(&s)),
+            (Target::Server(client), Method::NextUuid) => {
+                match client.next_uuid(request(NextUuidRequest {}, load.deadline)).await {
+                    Ok(r) => keep_uuids(&mut out.ids, [r.into_inner().uuid].iter(), load.uuid_base_ms),
+                    Err(s) => Err(Failed::of(&s)),
+                }
+            }
+            (Target::Server(client), Method::BatchUuids) => {
+                match client.batch_uuids(request(BatchUuidsRequest { count: load.batch_size }, load.deadline)).await {
+                    Ok(r) => keep_uuids(&mut out.ids, r.into_inner().uuids.iter(), load.uuid_base_ms),
+                    Err(s) => Err(Failed::of(&s)),
+                }
+            }
             (Target::Server(client), _) => client
                 .next_id(request(NextIdRequest::default(), load.deadline))
                 .await
@@ -481,6 +504,40 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
         }
     }
     out
+}
+
+/// The span of UUID times a run keys, around its start: 2^22 ms, about 70 minutes.
+const UUID_KEY_SPAN_MS: i64 = 1 << 22;
+
+fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A snowmint UUID as a 64-bit key, unique as the UUID's 90 bits of time and minted field
+/// are: its time since `base_ms` (within [`UUID_KEY_SPAN_MS`]) above the 42-bit minted field.
+/// The UUIDs of one tick and slot have consecutive keys, so they are kept as runs. `Err` for
+/// bytes that are no snowmint UUID, or one of a time outside the span.
+fn uuid_key(bytes: &[u8], base_ms: i64) -> Result<u64, String> {
+    let uuid = <[u8; 16]>::try_from(bytes).map_err(|_| format!("a UUID of {} bytes", bytes.len()))?;
+    let value = u128::from_be_bytes(uuid);
+    if (value >> 76) & 0xf != 7 || (value >> 62) & 0b11 != 0b10 {
+        return Err(format!("{} is not a UUIDv7", snowmint::uuid7::to_text(uuid)));
+    }
+    let since = (value >> 80) as i64 - base_ms;
+    if !(0..UUID_KEY_SPAN_MS).contains(&since) {
+        return Err(format!("{} is dated more than 35 minutes from this run", snowmint::uuid7::to_text(uuid)));
+    }
+    let minted = (((value >> 64) & 0xfff) << 30) | ((value >> 32) & ((1 << 30) - 1));
+    Ok(((since as u64) << 42) | minted as u64)
+}
+
+/// Keeps the keys of `uuids`, or fails the call naming the first that is no snowmint UUID.
+fn keep_uuids<'a>(ids: &mut Runs, uuids: impl Iterator<Item = &'a Vec<u8>>, base_ms: i64) -> Result<(), Failed> {
+    for bytes in uuids {
+        let key = uuid_key(bytes, base_ms).map_err(|e| Failed::Other("malformed".into(), e))?;
+        ids.push(key);
+    }
+    Ok(())
 }
 
 /// `message` as a request, with `deadline` as its `grpc-timeout` when one is given.
@@ -567,6 +624,28 @@ mod tests {
         assert_eq!(duplicates_among(&[&[1, 2, 3, 4], &[4, 5, 6], &[2, 3]]), 3);
         assert_eq!(duplicates_among(&[&[7, 7, 8, 8]]), 2);
         assert_eq!(duplicates_among(&[&[u64::MAX - 1, u64::MAX], &[u64::MAX, 0]]), 1);
+    }
+
+    #[test]
+    fn uuids_of_one_tick_and_slot_are_keyed_in_one_run_and_others_apart() {
+        let layout = snowmint::layout::Layout::default_snowmint();
+        let base = layout.tick_start_ms(100);
+        let key = |tick, worker, sequence| {
+            let id = layout.pack(snowmint::layout::Parts { tick, worker, sequence });
+            uuid_key(&snowmint::uuid7::from_id(&layout, id, sequence as u32 ^ 0xffff), base).unwrap()
+        };
+        assert_eq!(key(100, 3, 1), key(100, 3, 0) + 1);
+        assert_eq!(key(100, 3, 0), 3 << 22);
+        let distinct = [key(100, 3, 0), key(101, 3, 0), key(100, 4, 0), key(100, 3, 4095)];
+        assert_eq!(distinct.iter().collect::<std::collections::HashSet<_>>().len(), 4);
+        assert!(uuid_key(&[0; 16], base).unwrap_err().contains("not a UUIDv7"));
+        assert!(uuid_key(&[0; 15], base).unwrap_err().contains("15 bytes"));
+        let late = snowmint::uuid7::from_id(
+            &layout,
+            layout.pack(snowmint::layout::Parts { tick: 99, worker: 0, sequence: 0 }),
+            0,
+        );
+        assert!(uuid_key(&late, base).unwrap_err().contains("35 minutes"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `snowmint next` and `snowmint batch`: the small clients, one call to a running server
-//! through `snowmint-client`, the IDs (or with `--opaque`, opaque IDs' string forms) printed
-//! one a line.
+//! through `snowmint-client`, the IDs (with `--opaque`, opaque IDs' string forms; with
+//! `--uuid`, UUIDv7s' text forms) printed one a line.
 
 use clap::Args;
 use snowmint_client::{Client, ClientError};
@@ -11,13 +11,16 @@ pub struct ClientArgs {
     #[arg(long, env = "SNOWMINT_ADDR", default_value = "http://127.0.0.1:50051")]
     pub addr: String,
     /// Ask for opaque IDs (of a server with --opaque-key-file) and print their string forms.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "uuid")]
     pub opaque: bool,
+    /// Ask for UUIDv7s made from new IDs, and print their text forms.
+    #[arg(long)]
+    pub uuid: bool,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct BatchArgs {
-    /// How many IDs.
+    /// How many IDs (or UUIDs).
     pub count: u32,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -26,6 +29,11 @@ pub struct BatchArgs {
 /// Prints one ID; `Err` is the one line to exit with.
 pub async fn next(args: &ClientArgs) -> Result<(), String> {
     let client = connect(&args.addr)?;
+    if args.uuid {
+        let uuid = client.next_uuid().await.map_err(|e| failed(&args.addr, &e))?;
+        println!("{uuid}");
+        return Ok(());
+    }
     if args.opaque {
         let opaque = client.next_opaque().await.map_err(|e| failed(&args.addr, &e))?;
         println!("{opaque}");
@@ -39,7 +47,10 @@ pub async fn next(args: &ClientArgs) -> Result<(), String> {
 /// Prints `count` IDs, one a line; `Err` is the one line to exit with.
 pub async fn batch(args: &BatchArgs) -> Result<(), String> {
     let client = connect(&args.client.addr)?;
-    let lines: Vec<String> = if args.client.opaque {
+    let lines: Vec<String> = if args.client.uuid {
+        let uuids = client.batch_uuids(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
+        uuids.iter().map(ToString::to_string).collect()
+    } else if args.client.opaque {
         let opaque = client.batch_opaque(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
         opaque.iter().map(ToString::to_string).collect()
     } else {

@@ -1,18 +1,21 @@
 //! `snowmint decode`: splits an ID into its time, worker and sequence, offline, with
-//! snowmint's layout (from the same flags as `serve`) or another system's by name. Given
-//! where the slot history lives (`--etcd-endpoints`, or `--state-dir`), it also says which
-//! holder minted the ID.
+//! snowmint's layout (from the same flags as `serve`) or another system's by name; a UUIDv7
+//! snowmint minted is read back into the ID it was made from first. Given where the slot
+//! history lives (`--etcd-endpoints`, or `--state-dir`), it also says which holder minted
+//! the ID.
 
 use clap::Args;
 use snowmint::layout::{Layout, rfc3339_ms};
 use snowmint::proto::Provenance;
 use snowmint::rpc::service::{decode, lookup, provenance_of};
+use snowmint::uuid7;
 
 use super::flags::{HistoryArgs, LayoutArgs};
 
 #[derive(Debug, Clone, Args)]
 pub struct DecodeArgs {
-    /// The ID, in decimal or 0x-prefixed hex; with --opaque-key-file, an opaque ID's string form.
+    /// The ID, in decimal or 0x-prefixed hex; a UUIDv7 snowmint minted (8-4-4-4-12 hex
+    /// digits); with --opaque-key-file, an opaque ID's string form.
     pub id: String,
     /// A named layout (twitter, discord, instagram, sonyflake); snowmint's own by default.
     #[arg(long = "layout", value_name = "NAME")]
@@ -44,11 +47,22 @@ pub async fn run(args: &DecodeArgs) -> Result<(), String> {
         None | Some("snowmint") => args.own.widths()?,
         Some(name) => Layout::named(name).map_err(|e| e.to_string())?,
     };
-    let id = match &args.opaque_key_file {
-        Some(path) => super::opaque::reveal(path, &args.id)?,
-        None => parse_id(&args.id).map_err(|e| format!("{:?} is {e}", args.id))?,
+    // A UUID's text form reads as nothing else; without a key, a long argument with hyphens
+    // can only have meant a UUID.
+    let uuid = uuid7::parse_text(&args.id);
+    let id = match (&uuid, &args.opaque_key_file) {
+        (Ok(uuid), _) => {
+            uuid7::check_layout(&layout).map_err(|e| e.to_string())?;
+            uuid7::decode(&layout, *uuid).map_err(|e| e.to_string())?.id
+        }
+        (Err(_), Some(path)) => super::opaque::reveal(path, &args.id)?,
+        (Err(e), None) if args.id.len() >= 32 && args.id.contains('-') => return Err(e.to_string()),
+        (Err(_), None) => parse_id(&args.id).map_err(|e| format!("{:?} is {e}", args.id))?,
     };
     let mut decoded = decode(id, &layout).map_err(|e| e.to_string())?;
+    if uuid.is_ok() {
+        decoded.uuid_text = args.id.to_lowercase();
+    }
     if let Some(book) = args.history.book().await? {
         let found = if own {
             lookup(&*book, decoded.worker_id, decoded.unix_ms).await.map_err(|e| e.to_string())?
@@ -65,12 +79,14 @@ pub async fn run(args: &DecodeArgs) -> Result<(), String> {
             "worker_id": decoded.worker_id,
             "sequence": decoded.sequence,
             "layout": decoded.layout,
+            "uuid": (!decoded.uuid_text.is_empty()).then_some(&decoded.uuid_text),
             "provenance": decoded.provenance.as_ref().map(provenance_json),
         });
         println!("{json}");
     } else {
+        let uuid = if decoded.uuid_text.is_empty() { String::new() } else { format!("uuid={} ", decoded.uuid_text) };
         println!(
-            "id={} time={} unix_ms={} worker_id={} sequence={} layout={}",
+            "{uuid}id={} time={} unix_ms={} worker_id={} sequence={} layout={}",
             decoded.id, decoded.time, decoded.unix_ms, decoded.worker_id, decoded.sequence, decoded.layout
         );
         if let Some(p) = &decoded.provenance {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use snowmint::clock::{Clock, SystemClock};
-use snowmint::layout::Layout;
-use snowmint::server::{GrpcTls, Limits, ServeConfig, WorkerConfig};
+use snowmint::layout::{Layout, Slot};
+use snowmint::server::{GrpcTls, Limits, ServeConfig, SlotSource};
 use snowmint::store::etcd::{EtcdConfig, hostname, ordinal_of};
 use snowmint::store::file::StandaloneConfig;
 use snowmint::upkeep::task::{MAX_COMPACTION_INTERVAL, MIN_COMPACTION_INTERVAL};
@@ -32,13 +32,13 @@ pub enum LogFormat {
 
 /// Worker IDs as given on the command line, ascending and distinct.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerIds(pub Vec<u32>);
+pub struct WorkerIds(pub Vec<Slot>);
 
 /// Parses `5`, `0,2,4`, `0-7` or a mix such as `0-3,8`.
 fn parse_worker_ids(text: &str) -> Result<WorkerIds, String> {
     let mut ids = Vec::new();
     for part in text.split(',').map(str::trim) {
-        let number = |t: &str| t.trim().parse::<u32>().map_err(|e| format!("{t:?} is not a worker ID ({e})"));
+        let number = |t: &str| t.trim().parse::<Slot>().map_err(|e| format!("{t:?} is not a worker ID ({e})"));
         match part.split_once('-') {
             Some((from, to)) => {
                 let (from, to) = (number(from)?, number(to)?);
@@ -172,7 +172,7 @@ pub struct ServeArgs {
     /// The slot to try first (default: the StatefulSet ordinal in the hostname, e.g. 3 in
     /// snowmint-3).
     #[arg(long, env = "SNOWMINT_PREFERRED_WORKER_ID")]
-    pub preferred_worker_id: Option<u32>,
+    pub preferred_worker_id: Option<Slot>,
     /// etcd mode: how often the fleet compacts etcd's history (5m, 90s, 1h; a bare number is
     /// seconds; 1 s to 1 h), keeping at least this much of it: each interval one instance,
     /// chosen through etcd, compacts. `off` (or 0) when etcd's operator compacts already
@@ -316,17 +316,17 @@ impl ServeArgs {
             ));
         }
         let opaque = self.opaque_key_file.as_deref().map(read_key_file).transpose()?.map(Arc::new);
-        let worker = if self.etcd.etcd_endpoints.is_empty() {
-            WorkerConfig::Standalone(StandaloneConfig {
+        let slot_source = if self.etcd.etcd_endpoints.is_empty() {
+            SlotSource::Standalone(StandaloneConfig {
                 state_dir: self.state_dir.clone(),
-                worker_ids: self.worker_id.0.clone(),
+                slots: self.worker_id.0.clone(),
                 accept_missing_state: self.accept_missing_state,
             })
         } else {
-            WorkerConfig::Etcd(self.etcd_config(&layout, slots)?)
+            SlotSource::Etcd(self.etcd_config(&layout, slots)?)
         };
         Ok(ServeConfig {
-            worker,
+            slot_source,
             layout,
             reservation_window: self.reservation_window_ms,
             max_batch: self.max_batch,

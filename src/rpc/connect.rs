@@ -32,7 +32,7 @@ use super::context::CallContext;
 use super::service::{Service, ServiceError, status_of};
 use crate::metrics::{CallMetrics, METHODS, Metrics, PROTOCOL_CONNECT};
 use crate::minter::ConnectionKey;
-use crate::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest, RevealRequest};
+use crate::proto::{BatchIdsRequest, BatchUuidsRequest, DecodeRequest, NextIdRequest, NextUuidRequest, RevealRequest};
 /// The header naming the protocol's version, `1`; optional for unary calls.
 const VERSION_HEADER: &str = "connect-protocol-version";
 
@@ -248,6 +248,14 @@ impl Connect {
                 "Reveal" => {
                     let request: RevealRequest = codec.decode(&body)?;
                     codec.encode(&self.service.reveal_request(request)?)
+                }
+                "NextUuid" => {
+                    let request: NextUuidRequest = codec.decode(&body)?;
+                    codec.encode(&self.service.next_uuid_within(request, connection, left()).await?)
+                }
+                "BatchUuids" => {
+                    let request: BatchUuidsRequest = codec.decode(&body)?;
+                    codec.encode(&self.service.batch_uuids_within(request, connection, left()).await?)
                 }
                 _ => return Err(unimplemented()),
             };

@@ -1,17 +1,18 @@
-//! `NextId` over gRPC, served without tonic's generic machinery: the call that most callers
-//! make most often, and whose cost is nearly all in the layers around it.
+//! `NextId` and `NextUuid` over gRPC, served without tonic's generic machinery: the calls that
+//! most callers make most often, and whose cost is nearly all in the layers around them.
 //!
 //! tonic serves a unary call through its router, a request stream and decoder, an encoder
 //! with its own state machine and compression negotiation, and a body boxed and wrapped once
-//! per layer. A `NextId` request is five bytes (an empty message) and its answer fourteen, so
-//! here the request body is read whole, its one message decoded with prost, and the answer
-//! sent as one data frame and the trailers. Only the plain form of the call takes this path
+//! per layer. A `NextId` request is five bytes (an empty message) and its answer fourteen (a
+//! `NextUuid`'s 61), so here the request body is read whole, its one message decoded with
+//! prost, and the answer sent as one data frame and the trailers. Only the plain form of a call takes this path
 //! (the front door's decision, [`super::dispatch`]): HTTP/2, `POST`, content type
 //! `application/grpc` or `application/grpc+proto`, no compression. Anything else (gRPC-Web, a
 //! compressed request) goes to tonic's generated server, so every form is still answered.
 //!
 //! It keeps what tonic's path guarantees: the request size limit (`OUT_OF_RANGE`), the same
-//! handler and error mapping ([`Service::next_id_within`], [`status_of`]), and the counting of
+//! handlers and error mapping ([`Service::next_id_within`], [`Service::next_uuid_within`],
+//! [`status_of`]), and the counting of
 //! every call by its final code ([`Call`]), recorded when the trailers go out, or when the
 //! call is dropped first. The call's time is the front door's ([`super::context`]): the
 //! minter is given what is left of it, less the margin that lets a refusal travel back in
@@ -33,44 +34,86 @@ use super::calls::Call;
 use super::context::CallContext;
 use super::service::{Service, status_of};
 use crate::metrics::{MethodMetrics, Metrics, PROTOCOL_GRPC};
-use crate::proto::NextIdRequest;
+use crate::proto::{NextIdRequest, NextUuidRequest};
 
-/// The path of the call.
-pub const PATH: &str = "/snowmint.v1.IdService/NextId";
 /// A gRPC message's prefix: a compression flag and a 4-byte big-endian length.
 const PREFIX: usize = 5;
 
-/// `NextId` over gRPC, for every connection of the server.
-pub struct DirectNextId {
+/// A call the direct path answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectMethod {
+    NextId,
+    NextUuid,
+}
+
+impl DirectMethod {
+    const ALL: [DirectMethod; 2] = [DirectMethod::NextId, DirectMethod::NextUuid];
+
+    /// The call a request path names, if the direct path answers it.
+    pub fn of_path(path: &str) -> Option<DirectMethod> {
+        match path {
+            "/snowmint.v1.IdService/NextId" => Some(DirectMethod::NextId),
+            "/snowmint.v1.IdService/NextUuid" => Some(DirectMethod::NextUuid),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            DirectMethod::NextId => "NextId",
+            DirectMethod::NextUuid => "NextUuid",
+        }
+    }
+}
+
+/// `NextId` and `NextUuid` over gRPC, for every connection of the server.
+pub struct Direct {
     service: Arc<Service>,
-    calls: Arc<MethodMetrics>,
+    /// In the order of [`DirectMethod::ALL`].
+    calls: [Arc<MethodMetrics>; 2],
     max_request_bytes: usize,
 }
 
-impl DirectNextId {
-    pub fn new(service: Arc<Service>, metrics: &Metrics, max_request_bytes: usize) -> DirectNextId {
-        let calls = metrics.calls(PROTOCOL_GRPC).of("NextId").clone();
-        DirectNextId { service, calls, max_request_bytes }
+impl Direct {
+    pub fn new(service: Arc<Service>, metrics: &Metrics, max_request_bytes: usize) -> Direct {
+        let grpc = metrics.calls(PROTOCOL_GRPC);
+        let calls = DirectMethod::ALL.map(|method| grpc.of(method.name()).clone());
+        Direct { service, calls, max_request_bytes }
     }
 
-    /// Answers one plain gRPC `NextId` call (the front door's decision), in `context`.
-    pub async fn call<B>(&self, request: Request<B>, context: &CallContext) -> Response<NextIdBody>
+    /// Answers one plain gRPC call of `method` (the front door's decision), in `context`.
+    pub async fn call<B>(
+        &self,
+        method: DirectMethod,
+        request: Request<B>,
+        context: &CallContext,
+    ) -> Response<DirectBody>
     where
         B: Body<Data = Bytes> + Unpin,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut call = Call::start(self.calls.clone(), Some(context));
+        let mut call = Call::start(self.calls[method as usize].clone(), Some(context));
         let answer = async {
             let message = self.message(request.into_body()).await?;
-            let request = NextIdRequest::decode(message)
-                .map_err(|e| Status::internal(format!("failed to decode the NextIdRequest: {e}")))?;
+            let undecodable =
+                |e: prost::DecodeError| Status::internal(format!("failed to decode the {}Request: {e}", method.name()));
             let within = Some(context.left_for_minter());
-            let response = self.service.next_id_within(request, context.connection, within).await.map_err(status_of)?;
-            Ok::<_, Status>(framed(&response))
+            let frame = match method {
+                DirectMethod::NextId => {
+                    let request = NextIdRequest::decode(message).map_err(undecodable)?;
+                    framed(&self.service.next_id_within(request, context.connection, within).await.map_err(status_of)?)
+                }
+                DirectMethod::NextUuid => {
+                    let request = NextUuidRequest::decode(message).map_err(undecodable)?;
+                    let response = self.service.next_uuid_within(request, context.connection, within).await;
+                    framed(&response.map_err(status_of)?)
+                }
+            };
+            Ok::<_, Status>(frame)
         };
         match answer.await {
             Ok(frame) => {
-                let mut response = Response::new(NextIdBody { frame: Some(frame), trailers: true, call: Some(call) });
+                let mut response = Response::new(DirectBody { frame: Some(frame), trailers: true, call: Some(call) });
                 response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
                 response
             }
@@ -153,14 +196,14 @@ fn framed(message: &impl Message) -> Bytes {
 /// An answer's body: the response message, then trailers with `grpc-status: 0`; empty when
 /// the answer is an error carried in the headers (a trailers-only response).
 #[derive(Default)]
-pub struct NextIdBody {
+pub struct DirectBody {
     frame: Option<Bytes>,
     trailers: bool,
     /// Recorded when the trailers go out; dropped before that, the call is `CANCELLED`.
     call: Option<Call>,
 }
 
-impl Body for NextIdBody {
+impl Body for DirectBody {
     type Data = Bytes;
     type Error = Status;
 

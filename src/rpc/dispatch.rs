@@ -1,7 +1,7 @@
 //! The front door: every request on the gRPC port comes through [`Dispatch`], which reads its
 //! head once and decides, once, which path answers it:
 //!
-//! - a plain gRPC `NextId` (HTTP/2, `POST`, content type `application/grpc` or
+//! - a plain gRPC `NextId` or `NextUuid` (HTTP/2, `POST`, content type `application/grpc` or
 //!   `application/grpc+proto`, no compression): the direct path ([`super::direct`]);
 //! - any other gRPC call (`application/grpc...`, gRPC-Web included): tonic's routes (the
 //!   `IdService`, counted by [`super::calls`], health and reflection);
@@ -30,14 +30,14 @@ use tower_service::Service as _;
 
 use super::connect::{Connect, ConnectError};
 use super::context::{CallContext, parse_connect_timeout, parse_grpc_timeout};
-use super::direct::{DirectNextId, NextIdBody};
+use super::direct::{Direct, DirectBody, DirectMethod};
 use crate::minter::ConnectionKey;
 
 /// Which path answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
-    /// A plain gRPC `NextId`: [`DirectNextId`].
-    Direct,
+    /// A plain gRPC `NextId` or `NextUuid`: [`Direct`].
+    Direct(DirectMethod),
     /// Any other gRPC call: tonic's routes.
     Grpc,
     /// Everything else: [`Connect`].
@@ -71,12 +71,10 @@ impl Head {
         if !grpc {
             return Head { path: Path::Connect, caller: connect_timeout.transpose() };
         }
-        let direct = plain
-            && !compressed
-            && request.version() == Version::HTTP_2
-            && request.method() == Method::POST
-            && request.uri().path() == super::direct::PATH;
-        Head { path: if direct { Path::Direct } else { Path::Grpc }, caller: Ok(grpc_timeout) }
+        let direct = (plain && !compressed && request.version() == Version::HTTP_2 && request.method() == Method::POST)
+            .then(|| DirectMethod::of_path(request.uri().path()))
+            .flatten();
+        Head { path: direct.map_or(Path::Grpc, Path::Direct), caller: Ok(grpc_timeout) }
     }
 }
 
@@ -92,7 +90,7 @@ pub struct Dispatch<C> {
 
 /// The three paths, shared by every connection.
 pub struct Paths {
-    pub direct: DirectNextId,
+    pub direct: Direct,
     pub routes: Routes,
     pub connect: Arc<Connect>,
     /// The longest any call may take (`--request-timeout-ms`).
@@ -125,7 +123,7 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
         let mut context = CallContext::new(self.connection, caller, self.paths.request_timeout);
         context.bad_timeout = bad_timeout;
         let paths = self.paths.clone();
-        if head.path != Path::Direct {
+        if !matches!(head.path, Path::Direct(_)) {
             // Where tonic's handlers and Connect read them. The direct path is handed the
             // context itself: a request's first extension costs allocations the most
             // frequent call does without.
@@ -133,8 +131,8 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
             request.extensions_mut().insert(context.clone());
         }
         match head.path {
-            Path::Direct => Box::pin(async move {
-                let answer = async { paths.direct.call(request, &context).await.map(Answer::Direct) };
+            Path::Direct(method) => Box::pin(async move {
+                let answer = async { paths.direct.call(method, request, &context).await.map(Answer::Direct) };
                 Ok(within_limit(&context, head.path, answer).await)
             }),
             Path::Grpc => Box::pin(async move {
@@ -171,7 +169,7 @@ async fn within_limit(
             // call it was counting is counted as ended by its deadline, not as cancelled.
             let message = context.deadline_message();
             match path {
-                Path::Direct | Path::Grpc => Status::new(Code::DeadlineExceeded, message).into_http(),
+                Path::Direct(_) | Path::Grpc => Status::new(Code::DeadlineExceeded, message).into_http(),
                 Path::Connect => super::connect::error_response(&ConnectError::new(Code::DeadlineExceeded, message))
                     .map(|body| Answer::Connect(Some(body))),
             }
@@ -182,7 +180,7 @@ async fn within_limit(
 /// A response body: the direct path's, one of tonic's routes, or a Connect answer in one
 /// piece (`None` once sent).
 pub enum Answer {
-    Direct(NextIdBody),
+    Direct(DirectBody),
     Routes(tonic::body::Body),
     Connect(Option<Bytes>),
 }
@@ -246,11 +244,15 @@ mod tests {
     #[test]
     fn each_request_goes_to_one_path_with_its_callers_timeout() {
         let next = "/snowmint.v1.IdService/NextId";
+        let uuid = "/snowmint.v1.IdService/NextUuid";
         let batch = "/snowmint.v1.IdService/BatchIds";
         let h2 = Version::HTTP_2;
+        let direct = Path::Direct(DirectMethod::NextId);
         let cases = [
-            (request(h2, "application/grpc", next, &[("grpc-timeout", "250m")]), Path::Direct, Ok(Some(250))),
-            (request(h2, "application/grpc+proto", next, &[]), Path::Direct, Ok(None)),
+            (request(h2, "application/grpc", next, &[("grpc-timeout", "250m")]), direct, Ok(Some(250))),
+            (request(h2, "application/grpc+proto", next, &[]), direct, Ok(None)),
+            (request(h2, "application/grpc", uuid, &[]), Path::Direct(DirectMethod::NextUuid), Ok(None)),
+            (request(h2, "application/grpc", "/snowmint.v1.IdService/BatchUuids", &[]), Path::Grpc, Ok(None)),
             (request(h2, "application/grpc", next, &[("grpc-encoding", "gzip")]), Path::Grpc, Ok(None)),
             (request(h2, "application/grpc-web", next, &[]), Path::Grpc, Ok(None)),
             (request(Version::HTTP_11, "application/grpc", next, &[]), Path::Grpc, Ok(None)),

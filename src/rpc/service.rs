@@ -1,27 +1,32 @@
 //! The `IdService`: thin handlers that validate requests, ask the minter, and map errors to
 //! gRPC status codes in one place ([`status_of`]). The calls themselves ([`Service::next_id_within`],
-//! [`Service::batch_within`], [`Service::decode_request`], [`Service::reveal_request`]) serve gRPC
-//! and the Connect protocol ([`super::connect`]) alike. Opaque IDs ([`crate::opaque`]) are made
-//! here, after minting, and revealed here, before decoding: the minter never sees them. Calls are counted and timed around the service, by
+//! [`Service::batch_within`], [`Service::next_uuid_within`], [`Service::batch_uuids_within`],
+//! [`Service::decode_request`], [`Service::reveal_request`]) serve gRPC and the Connect protocol
+//! ([`super::connect`]) alike. Opaque IDs ([`crate::opaque`]) and UUIDs ([`crate::uuid7`]) are
+//! made here, after minting, from the IDs the minter issued, and read back here, before
+//! decoding: the minter never sees them. Calls are counted and timed around the service, by
 //! [`super::calls`], so that calls no handler sees are counted too.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::IntCounter;
+use rand::Rng as _;
 use tonic::{Request, Response, Status};
 
 use super::context::CallContext;
 use crate::history::{self, Book, Entry, HistoryError};
-use crate::layout::{Layout, LayoutError, rfc3339_ms};
+use crate::layout::{Layout, LayoutError, Slot, rfc3339_ms};
 use crate::metrics::{Metrics, OPAQUE_ENCODED, OPAQUE_REVEALED};
-use crate::minter::{ConnectionKey, MintError, MintHandle};
+use crate::minter::{ConnectionKey, MintError};
+use crate::node::MintHandle;
 use crate::opaque::{Keyring, OpaqueError, OpaqueId};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{
-    BatchIdsRequest, BatchIdsResponse, DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, Provenance,
-    RevealRequest, RevealResponse,
+    BatchIdsRequest, BatchIdsResponse, BatchUuidsRequest, BatchUuidsResponse, DecodeRequest, DecodeResponse,
+    NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, Provenance, RevealRequest, RevealResponse,
 };
+use crate::uuid7::{self, UuidError};
 
 /// Errors of the service layer.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +51,14 @@ pub enum ServiceError {
     Opaque(#[from] OpaqueError),
     #[error("{0}")]
     OpaqueRequest(&'static str),
+    /// UUIDs asked of a server whose layout cannot make them.
+    #[error("this server mints no UUIDs: {0}")]
+    NoUuids(UuidError),
+    /// A UUID to decode that snowmint did not mint, or not with this layout.
+    #[error(transparent)]
+    Uuid(#[from] UuidError),
+    #[error("{0}")]
+    UuidRequest(String),
 }
 
 /// The one mapping from snowmint's errors to gRPC status.
@@ -55,12 +68,14 @@ pub fn status_of(error: ServiceError) -> Status {
         ServiceError::Mint(MintError::Overloaded { .. }) => Status::resource_exhausted(error.to_string()),
         // Every other minting failure is retriable, here later or on another instance.
         ServiceError::Mint(_) => Status::unavailable(error.to_string()),
-        ServiceError::NoOpaqueKeys => Status::failed_precondition(error.to_string()),
+        ServiceError::NoOpaqueKeys | ServiceError::NoUuids(_) => Status::failed_precondition(error.to_string()),
         ServiceError::Layout(_)
         | ServiceError::BadCount { .. }
         | ServiceError::NotThisLayout { .. }
         | ServiceError::Opaque(_)
-        | ServiceError::OpaqueRequest(_) => Status::invalid_argument(error.to_string()),
+        | ServiceError::OpaqueRequest(_)
+        | ServiceError::Uuid(_)
+        | ServiceError::UuidRequest(_) => Status::invalid_argument(error.to_string()),
         // The history could not be read now: ask again.
         ServiceError::History(_) => Status::unavailable(error.to_string()),
     }
@@ -84,6 +99,17 @@ fn connection_of<T>(request: &Request<T>) -> ConnectionKey {
 /// 65,536 takes milliseconds of FF1, which no other call on this thread should wait behind.
 const ENCODE_CHUNK: usize = 1024;
 
+/// How many UUIDs of a batch are made between two yields to the runtime (each costs tens of
+/// nanoseconds, its text form most of them).
+const UUID_CHUNK: usize = 8192;
+
+/// The random tails of `count` UUIDs, from the thread's CSPRNG (seeded from the system's
+/// source, and reseeded from it as it goes).
+fn random_tails(count: usize) -> Vec<u32> {
+    let mut rng = rand::rng();
+    (0..count).map(|_| rng.next_u32()).collect()
+}
+
 /// The `IdService` implementation.
 pub struct Service {
     minter: MintHandle,
@@ -98,6 +124,8 @@ pub struct Service {
     /// `snowmint_opaque_ids_total`'s two series, looked up once.
     encoded: IntCounter,
     revealed: IntCounter,
+    /// Whether the layout can make UUIDs, checked once.
+    uuids: Result<(), UuidError>,
 }
 
 impl Service {
@@ -111,7 +139,21 @@ impl Service {
     ) -> Service {
         let encoded = metrics.opaque_ids.with_label_values(&[OPAQUE_ENCODED]);
         let revealed = metrics.opaque_ids.with_label_values(&[OPAQUE_REVEALED]);
-        Service { minter, layout, max_batch, metrics, opaque, encoded, revealed, history }
+        let uuids = uuid7::check_layout(&layout);
+        Service { minter, layout, max_batch, metrics, opaque, encoded, revealed, history, uuids }
+    }
+
+    /// `Ok` when this server's layout can make UUIDs, or the error that says why not.
+    fn can_make_uuids(&self) -> Result<(), ServiceError> {
+        self.uuids.clone().map_err(ServiceError::NoUuids)
+    }
+
+    /// `count`, when it is a batch size this server takes.
+    fn batch_count(&self, count: u32) -> Result<usize, ServiceError> {
+        if count == 0 || count > self.max_batch {
+            return Err(ServiceError::BadCount { got: count, max: self.max_batch });
+        }
+        Ok(count as usize)
     }
 
     /// The opaque keys, or the error that says how to configure them.
@@ -144,13 +186,10 @@ impl Service {
         connection: ConnectionKey,
         timeout: Option<Duration>,
     ) -> Result<BatchIdsResponse, ServiceError> {
-        let count = request.count;
-        if count == 0 || count > self.max_batch {
-            return Err(ServiceError::BadCount { got: count, max: self.max_batch });
-        }
+        let count = self.batch_count(request.count)?;
         let keys = if request.opaque { Some(self.keys()?) } else { None };
-        self.metrics.batch_size.observe(f64::from(count));
-        let mut ids = self.minter.batch(count as usize, connection, timeout).await?;
+        self.metrics.batch_size.observe(count as f64);
+        let mut ids = self.minter.batch(count, connection, timeout).await?;
         let Some(keys) = keys else { return Ok(BatchIdsResponse { ids, ..Default::default() }) };
         // One key for the whole batch, so that the one `key_version` of the answer is every
         // value's.
@@ -161,28 +200,89 @@ impl Service {
                 *id = key.encode(*id)?;
                 texts.push(OpaqueId { key_version: key.version(), value: *id }.to_string());
             }
-            if texts.len() < count as usize {
+            if texts.len() < count {
                 tokio::task::yield_now().await;
             }
         }
-        self.encoded.inc_by(u64::from(count));
+        self.encoded.inc_by(count as u64);
         Ok(BatchIdsResponse { ids, texts, key_version: key.version() })
     }
 
+    /// `NextUuid`: one UUIDv7 made from one newly minted ID, answered within `timeout` if one
+    /// is given.
+    pub async fn next_uuid_within(
+        &self,
+        _request: NextUuidRequest,
+        connection: ConnectionKey,
+        timeout: Option<Duration>,
+    ) -> Result<NextUuidResponse, ServiceError> {
+        self.can_make_uuids()?;
+        let id = self.minter.next_id(connection, timeout).await?;
+        let uuid = uuid7::from_id(&self.layout, id, rand::rng().next_u32());
+        Ok(NextUuidResponse { uuid: uuid.to_vec(), text: uuid7::to_text(uuid) })
+    }
+
+    /// `BatchUuids`: `count` UUIDv7s, strictly increasing as the IDs they are made from,
+    /// answered within `timeout` if one is given.
+    pub async fn batch_uuids_within(
+        &self,
+        request: BatchUuidsRequest,
+        connection: ConnectionKey,
+        timeout: Option<Duration>,
+    ) -> Result<BatchUuidsResponse, ServiceError> {
+        let count = self.batch_count(request.count)?;
+        self.can_make_uuids()?;
+        self.metrics.batch_size.observe(count as f64);
+        let ids = self.minter.batch(count, connection, timeout).await?;
+        let tails = random_tails(ids.len());
+        let (mut uuids, mut texts) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for (ids, tails) in ids.chunks(UUID_CHUNK).zip(tails.chunks(UUID_CHUNK)) {
+            for (&id, &tail) in ids.iter().zip(tails) {
+                let uuid = uuid7::from_id(&self.layout, id, tail);
+                texts.push(uuid7::to_text(uuid));
+                uuids.push(uuid.to_vec());
+            }
+            if uuids.len() < count {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(BatchUuidsResponse { uuids, texts })
+    }
+
     /// `Decode`: the ID's parts, with the server's layout or a named one; an opaque ID
-    /// (`text`, or `id` with `opaque` and `key_version`) is revealed first. With
-    /// `provenance`, the slot history's record of the holder that minted it.
+    /// (`text`, or `id` with `opaque` and `key_version`) is revealed first, and a UUID
+    /// (`uuid` or `uuid_text`) read back into the ID it was made from. With `provenance`, the
+    /// slot history's record of the holder that minted it.
     pub async fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
-        let DecodeRequest { id, layout, provenance, text, opaque, key_version } = request;
-        let id = if opaque || !text.is_empty() {
-            self.reveal(opaque_of(id, key_version, &text)?)?
-        } else if key_version.is_some() {
-            return Err(ServiceError::OpaqueRequest("`key_version` is for an opaque `id`: set `opaque` as well"));
-        } else {
-            id
-        };
+        let DecodeRequest { id, layout, provenance, text, opaque, key_version, uuid, uuid_text } = request;
         let own = matches!(layout.as_str(), "" | "snowmint");
-        let mut decoded = if own { decode(id, &self.layout)? } else { decode(id, &Layout::named(&layout)?)? };
+        let named;
+        let layout_used = if own {
+            &self.layout
+        } else {
+            named = Layout::named(&layout)?;
+            &named
+        };
+        let uuid = uuid_of(&uuid, &uuid_text)?;
+        let mut decoded = if let Some(uuid) = uuid {
+            if id != 0 || opaque || !text.is_empty() || key_version.is_some() {
+                return Err(ServiceError::UuidRequest(
+                    "a UUID is decoded alone: leave `id`, `text`, `opaque` and `key_version` unset".into(),
+                ));
+            }
+            uuid7::check_layout(layout_used)?;
+            let read = uuid7::decode(layout_used, uuid)?;
+            DecodeResponse { uuid_text: uuid7::to_text(uuid), ..decode(read.id, layout_used)? }
+        } else {
+            let id = if opaque || !text.is_empty() {
+                self.reveal(opaque_of(id, key_version, &text)?)?
+            } else if key_version.is_some() {
+                return Err(ServiceError::OpaqueRequest("`key_version` is for an opaque `id`: set `opaque` as well"));
+            } else {
+                id
+            };
+            decode(id, layout_used)?
+        };
         if provenance {
             let found = match (&self.history, own) {
                 (None, _) => Err("this server keeps no slot history (--history-retention 0)".to_string()),
@@ -231,8 +331,23 @@ fn opaque_of(id: u64, key_version: Option<u32>, text: &str) -> Result<OpaqueId, 
     Ok(OpaqueId::parse(text).map_err(OpaqueError::from)?)
 }
 
+/// The UUID a `Decode` request names: its 16 bytes or its text form, not both; `None` when
+/// it names none.
+fn uuid_of(bytes: &[u8], text: &str) -> Result<Option<[u8; 16]>, ServiceError> {
+    match (bytes.is_empty(), text.is_empty()) {
+        (true, true) => Ok(None),
+        (false, true) => <[u8; 16]>::try_from(bytes).map(Some).map_err(|_| {
+            ServiceError::UuidRequest(format!("`uuid` must be a UUID's 16 bytes, got {} bytes", bytes.len()))
+        }),
+        (true, false) => Ok(Some(uuid7::parse_text(text)?)),
+        (false, false) => {
+            Err(ServiceError::UuidRequest("give a UUID's `uuid` bytes or its `uuid_text`, not both".into()))
+        }
+    }
+}
+
 /// The record of `book` that covers an ID of `slot` minted at `unix_ms`, or why none does.
-pub async fn lookup(book: &dyn Book, slot: u32, unix_ms: i64) -> Result<Result<Entry, String>, HistoryError> {
+pub async fn lookup(book: &dyn Book, slot: Slot, unix_ms: i64) -> Result<Result<Entry, String>, HistoryError> {
     let (entries, _) = book.list(Some(slot)).await?;
     Ok(history::covering(&entries, slot, unix_ms).cloned().ok_or_else(|| {
         format!(
@@ -250,7 +365,7 @@ pub fn provenance_of(found: Result<Entry, String>) -> Provenance {
             found: true,
             reason: String::new(),
             record: location,
-            worker_id: record.worker_id,
+            worker_id: record.slot,
             hostname: record.holder.hostname,
             pod: record.holder.pod.unwrap_or_default(),
             pid: record.holder.pid,
@@ -285,6 +400,7 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
         time: rfc3339_ms(unix_ms),
         layout: layout.name.clone(),
         provenance: None,
+        uuid_text: String::new(),
     })
 }
 
@@ -306,6 +422,16 @@ impl IdService for Service {
 
     async fn reveal(&self, request: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
         respond(self.reveal_request(request.into_inner()))
+    }
+
+    async fn next_uuid(&self, request: Request<NextUuidRequest>) -> Result<Response<NextUuidResponse>, Status> {
+        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
+        respond(self.next_uuid_within(request.into_inner(), connection, timeout).await)
+    }
+
+    async fn batch_uuids(&self, request: Request<BatchUuidsRequest>) -> Result<Response<BatchUuidsResponse>, Status> {
+        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
+        respond(self.batch_uuids_within(request.into_inner(), connection, timeout).await)
     }
 }
 
@@ -329,6 +455,13 @@ mod tests {
         assert_eq!(retired.code(), tonic::Code::InvalidArgument);
         let malformed = status_of(OpaqueError::from(OpaqueId::parse("nope").unwrap_err()).into());
         assert_eq!(malformed.code(), tonic::Code::InvalidArgument);
+        let mut wide = Layout::default_snowmint();
+        wide.worker_bits = 21;
+        let no_uuids = status_of(ServiceError::NoUuids(uuid7::check_layout(&wide).unwrap_err()));
+        assert_eq!(no_uuids.code(), tonic::Code::FailedPrecondition);
+        let foreign = status_of(uuid7::decode(&Layout::default_snowmint(), [0; 16]).unwrap_err().into());
+        assert_eq!(foreign.code(), tonic::Code::InvalidArgument);
+        assert!(foreign.message().contains("version is 0"), "{}", foreign.message());
     }
 
     #[test]

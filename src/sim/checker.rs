@@ -8,13 +8,18 @@
 //! a mint after the minter's lease expired (4), below the floor its claim read (2), past the
 //! stored reservation (1); a reservation written without holding the slot (3), or lowered
 //! below an ID already minted.
+//!
+//! Responses answered as UUIDs ([`Checker::issued_uuids`]) are made as the service makes
+//! them ([`uuid7::from_id`]) and held to what a UUID promises besides its ID's: each reads back
+//! to the ID it was made from, and they strictly increase per response and per connection.
 
 use std::collections::BTreeMap;
 
 use super::Us;
 use super::etcd::{Note, Owner};
-use crate::layout::Layout;
+use crate::layout::{Layout, Slot};
 use crate::store::SessionId;
+use crate::uuid7;
 
 /// How the store answered the checker's questions at the instant of a mint.
 pub struct StoreView {
@@ -34,33 +39,37 @@ pub struct Checker {
     seen: BTreeMap<u64, u64>,
     /// The last ID each connection to each process was given.
     last: BTreeMap<(Owner, u64), u64>,
+    /// The last UUID each connection to each process was given.
+    last_uuid: BTreeMap<(Owner, u64), [u8; 16]>,
     /// (slot, owner) → when the owner's claim on the slot took effect.
-    claims: BTreeMap<(u32, Owner), Us>,
+    claims: BTreeMap<(Slot, Owner), Us>,
     /// Per slot: every reservation write that took effect (when, value, writer, session).
-    writes: BTreeMap<u32, Vec<(Us, i64, Owner, SessionId)>>,
+    writes: BTreeMap<Slot, Vec<(Us, i64, Owner, SessionId)>>,
     /// Per slot: the end of the latest tick minted on it, Unix ms.
-    minted_max: BTreeMap<u32, i64>,
+    minted_max: BTreeMap<Slot, i64>,
     /// The store was restored from a snapshot: the reservations it holds may be older than
     /// ones its holders wrote and saw confirmed.
     restored: bool,
     /// Slots whose reservation key an operator deleted by hand: what is stored (nothing, for
     /// a while) may be less than its holder wrote and saw confirmed.
-    deleted: std::collections::BTreeSet<u32>,
+    deleted: std::collections::BTreeSet<Slot>,
     /// Per slot: when its reservation key was deleted by hand.
-    deleted_at: BTreeMap<u32, Vec<Us>>,
+    deleted_at: BTreeMap<Slot, Vec<Us>>,
     /// Every restore of the store: when the snapshot was taken, and when it was restored.
     restores: Vec<(Us, Us)>,
     /// Per (slot, owner): the end of the latest tick that owner minted on it, Unix ms.
-    minted_by: BTreeMap<(u32, Owner), i64>,
+    minted_by: BTreeMap<(Slot, Owner), i64>,
     /// Per (slot, owner): what other owners had minted on the slot when the owner's claim
     /// took effect (the end of their latest tick, Unix ms).
-    others_minted_at_claim: BTreeMap<(u32, Owner), i64>,
+    others_minted_at_claim: BTreeMap<(Slot, Owner), i64>,
     /// The least history a compaction may keep (the compactor's interval, less a call's
     /// timeout and the clocks' rate error); zero where the fleet does not compact.
     pub compaction_min_kept_us: Us,
     pub violations: Vec<String>,
     pub ids: u64,
     pub responses: u64,
+    /// Of `ids`, those answered as UUIDs.
+    pub uuids: u64,
     /// IDs minted while the slot's key was no longer the minter's (the lease alive), within
     /// the minter's own reservation: allowed, and counted.
     pub minted_on_lost_key: u64,
@@ -121,13 +130,13 @@ impl Checker {
     }
 
     /// A process starts holding fixed slots (a state file): its claim is the start.
-    pub fn claim_fixed(&mut self, now: Us, owner: Owner, slots: &[u32]) {
+    pub fn claim_fixed(&mut self, now: Us, owner: Owner, slots: &[Slot]) {
         for &slot in slots {
             self.claimed(now, slot, owner);
         }
     }
 
-    fn claimed(&mut self, now: Us, slot: u32, owner: Owner) {
+    fn claimed(&mut self, now: Us, slot: Slot, owner: Owner) {
         self.claims.insert((slot, owner), now);
         let others = self
             .minted_by
@@ -149,7 +158,7 @@ impl Checker {
         connection: u64,
         session: Option<SessionId>,
         ids: &[u64],
-        view: impl Fn(u32) -> StoreView,
+        view: impl Fn(Slot) -> StoreView,
     ) {
         self.responses += 1;
         self.ids += ids.len() as u64;
@@ -157,7 +166,7 @@ impl Checker {
             self.violation(now, format!("{owner:?} answered a batch that does not strictly increase"));
         }
         // Each slot's IDs of the response, checked against that slot's claim.
-        let mut by_slot: BTreeMap<u32, (u64, i64, usize)> = BTreeMap::new();
+        let mut by_slot: BTreeMap<Slot, (u64, i64, usize)> = BTreeMap::new();
         for run in ids.chunk_by(|a, b| b.checked_sub(*a) == Some(1)) {
             let (first, last) = (run[0], run[run.len() - 1]);
             if let Some(taken) = self.record(first, last) {
@@ -172,7 +181,7 @@ impl Checker {
                 run.iter().map(|&id| (layout.unpack(id), 1)).collect()
             };
             for (parts, count) in parts {
-                let entry = by_slot.entry(parts.worker as u32).or_insert((u64::MAX, i64::MIN, 0));
+                let entry = by_slot.entry(parts.worker as Slot).or_insert((u64::MAX, i64::MIN, 0));
                 entry.0 = entry.0.min(parts.tick);
                 entry.1 = entry.1.max(layout.tick_end_ms(parts.tick));
                 entry.2 += count;
@@ -188,6 +197,44 @@ impl Checker {
         }
         for (slot, (lowest, tick_end, count)) in by_slot {
             self.check_slot(now, layout, owner, session, slot, lowest, tick_end, count, view(slot));
+        }
+    }
+
+    /// The UUIDs of `ids` (one response on `connection`, answered as UUIDs) as the service
+    /// makes them, with tails from `tail`: each must read back to its ID, and the response's,
+    /// and the connection's in the order answered, must strictly increase. Their uniqueness
+    /// is their IDs', which [`Checker::issued`] checks.
+    pub fn issued_uuids(
+        &mut self,
+        now: Us,
+        layout: &Layout,
+        owner: Owner,
+        connection: u64,
+        ids: &[u64],
+        tail: impl Fn(u64) -> u32,
+    ) {
+        let uuids: Vec<[u8; 16]> = ids.iter().map(|&id| uuid7::from_id(layout, id, tail(id))).collect();
+        self.uuids += uuids.len() as u64;
+        for (&id, &uuid) in ids.iter().zip(&uuids) {
+            match uuid7::decode(layout, uuid) {
+                Ok(read) if read.id == id && read.unix_ms == layout.tick_start_ms(layout.unpack(id).tick) => {}
+                read => {
+                    let text = uuid7::to_text(uuid);
+                    self.violation(now, format!("UUID {text} of ID {id} (by {owner:?}) reads back as {read:?}"));
+                }
+            }
+        }
+        if uuids.windows(2).any(|w| w[0] >= w[1]) {
+            self.violation(now, format!("{owner:?} answered UUIDs that do not strictly increase"));
+        }
+        if let (Some(&last), Some(&first)) = (self.last_uuid.get(&(owner, connection)), uuids.first())
+            && first <= last
+        {
+            let (first, last) = (uuid7::to_text(first), uuid7::to_text(last));
+            self.violation(now, format!("{owner:?} went back on UUID connection {connection}: {first} after {last}"));
+        }
+        if let Some(&last) = uuids.last() {
+            self.last_uuid.insert((owner, connection), last);
         }
     }
 
@@ -226,7 +273,7 @@ impl Checker {
         layout: &Layout,
         owner: Owner,
         session: Option<SessionId>,
-        slot: u32,
+        slot: Slot,
         lowest: u64,
         tick_end: i64,
         count: usize,
@@ -427,5 +474,22 @@ mod tests {
         assert_eq!(c.record(40, 40), None);
         assert_eq!(c.record(u64::MAX, u64::MAX), None);
         assert_eq!(c.record(u64::MAX - 1, u64::MAX), Some(u64::MAX));
+    }
+
+    /// UUIDs that go back on their connection, or within a response, are violations; ones
+    /// that increase are not, whatever their random tails.
+    #[test]
+    fn uuids_must_increase_per_response_and_per_connection() {
+        let layout = Layout::default_snowmint();
+        let id = |tick, sequence| layout.pack(crate::layout::Parts { tick, worker: 3, sequence });
+        let mut c = Checker::default();
+        c.issued_uuids(0, &layout, (0, 0), 2, &[id(10, 0), id(10, 1), id(11, 0)], |id| !(id as u32));
+        c.issued_uuids(1, &layout, (0, 0), 2, &[id(12, 0)], |_| 0);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        assert_eq!(c.uuids, 4);
+        c.issued_uuids(2, &layout, (0, 0), 2, &[id(11, 5)], |_| u32::MAX);
+        assert!(c.violations.iter().any(|v| v.contains("went back on UUID connection 2")), "{:?}", c.violations);
+        c.issued_uuids(3, &layout, (0, 1), 2, &[id(20, 1), id(20, 0)], |_| 0);
+        assert!(c.violations.iter().any(|v| v.contains("do not strictly increase")), "{:?}", c.violations);
     }
 }

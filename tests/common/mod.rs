@@ -13,6 +13,7 @@ pub mod etcd;
 pub mod fleet;
 pub mod netns;
 pub mod podman;
+pub mod postgres;
 pub mod server;
 pub mod tls;
 

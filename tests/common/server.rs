@@ -23,7 +23,7 @@ use std::time::Duration;
 use snowmint::clock::{Clock, ManualClock, SystemClock};
 use snowmint::layout::Layout;
 use snowmint::proto::id_service_client::IdServiceClient;
-use snowmint::server::{GrpcTls, ServeConfig, WorkerConfig};
+use snowmint::server::{GrpcTls, ServeConfig, SlotSource};
 use snowmint::store::file::StandaloneConfig;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
@@ -94,10 +94,19 @@ impl ServerBuilder {
     /// Keeps the state (and the clock filter's memory) in `dir` instead.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> ServerBuilder {
         self.state_dir = dir.into();
-        if let WorkerConfig::Standalone(standalone) = &mut self.config.worker {
+        if let SlotSource::Standalone(standalone) = &mut self.config.slot_source {
             standalone.state_dir = self.state_dir.clone();
         }
         self.config.clock_memory_dir = Some(self.state_dir.clone());
+        self
+    }
+
+    /// Standalone on worker slot `slot` (`--worker-id`), in this process or the binary.
+    pub fn slot(mut self, slot: u32) -> ServerBuilder {
+        if let SlotSource::Standalone(standalone) = &mut self.config.slot_source {
+            standalone.slots = vec![slot];
+        }
+        self.flags(["--worker-id".to_string(), slot.to_string()]);
         self
     }
 
@@ -295,9 +304,9 @@ pub fn libfaketime() -> PathBuf {
 fn config(state_dir: &Path) -> ServeConfig {
     let layout = Layout::default_snowmint();
     ServeConfig {
-        worker: WorkerConfig::Standalone(StandaloneConfig {
+        slot_source: SlotSource::Standalone(StandaloneConfig {
             state_dir: state_dir.to_path_buf(),
-            worker_ids: vec![5],
+            slots: vec![5],
             accept_missing_state: false,
         }),
         layout,
