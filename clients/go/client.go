@@ -1,5 +1,5 @@
 // Package snowmint is the Go client of snowmint, a service that mints unique, roughly
-// time-sorted 64-bit IDs.
+// time-sorted 64-bit IDs, and UUIDv7s made from them.
 //
 // The client follows the contract in clients/README.md: it talks to one or several servers,
 // moves a call to the next server when one refuses (gRPC UNAVAILABLE) or cannot be reached,
@@ -11,6 +11,25 @@
 //	if err != nil { ... }
 //	defer client.Close()
 //	id, err := client.NextID(ctx)
+//
+// IDs: NextID (buffered when the client has a buffer) and Batch. Decode splits an ID into its
+// time, worker and sequence with a Layout, locally, with no call.
+//
+// UUIDs: NextUUID and BatchUUIDs return UUIDv7s (RFC 9562) of type UUID, each made from one
+// newly minted ID, so they are unique as the IDs are and a server's UUIDs strictly increase;
+// they fail over as Batch does and are never buffered. UUID.String writes the canonical
+// lowercase 8-4-4-4-12 form and ParseUUID reads it strictly (either case, nothing else). A
+// Layout's DecodeUUID gives back the ID a UUID was made from, with its time, slot, sequence
+// and random tail, or a *UUIDError whose Kind says why snowmint did not mint it:
+//
+//	u, err := client.NextUUID(ctx)
+//	if err != nil { ... }
+//	fmt.Println(u) // 019b76da-a801-7000-80c0-0004ddc55174
+//	d, err := snowmint.DefaultLayout().DecodeUUID(u)
+//	// d.ID, d.UnixMS, d.Slot, d.Sequence, d.Random
+//
+// OpaqueID reads and writes the string form of the opaque public IDs of a server with an
+// opaque key.
 //
 // A Client is safe for use by many goroutines at once.
 package snowmint
@@ -224,6 +243,64 @@ func (c *Client) batch(ctx context.Context, n uint32) ([]uint64, error) {
 		resp, err := stub.BatchIds(ctx, &pb.BatchIdsRequest{Count: n})
 		return resp.GetIds(), err
 	})
+}
+
+// NextUUID returns one new UUIDv7 (see UUID), from one NextUuid call: made from one newly
+// minted ID, and above every UUID its server minted before. It is never buffered: the buffer
+// holds IDs only. It fails over, retries and keeps deadlines as NextID does without a buffer,
+// and an answer that is not 16 bytes is an error of code Internal.
+func (c *Client) NextUUID(ctx context.Context) (UUID, error) {
+	if c.background.Err() != nil {
+		return UUID{}, ErrClosed
+	}
+	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) (UUID, error) {
+		resp, err := stub.NextUuid(ctx, &pb.NextUuidRequest{})
+		if err != nil {
+			return UUID{}, err
+		}
+		return uuidOf(resp.GetUuid())
+	})
+}
+
+// BatchUUIDs returns n new UUIDv7s, strictly increasing (byte by byte, and so by their text
+// forms), all from one server in one BatchUuids call (n = 1 too); never buffered. As for
+// Batch, n must be between 1 and the server's maximum batch (65,536 by default); the server
+// answers any other n with INVALID_ARGUMENT, returned as it is. An answer with another
+// number of UUIDs, or one that is not 16 bytes, is an error of code Internal.
+func (c *Client) BatchUUIDs(ctx context.Context, n int) ([]UUID, error) {
+	if c.background.Err() != nil {
+		return nil, ErrClosed
+	}
+	if n < 0 || uint64(n) > math.MaxUint32 {
+		return nil, status.Errorf(codes.InvalidArgument, "snowmint: batch size %d out of range", n)
+	}
+	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) ([]UUID, error) {
+		resp, err := stub.BatchUuids(ctx, &pb.BatchUuidsRequest{Count: uint32(n)})
+		if err != nil {
+			return nil, err
+		}
+		raw := resp.GetUuids()
+		if len(raw) != n {
+			return nil, status.Errorf(codes.Internal, "snowmint: asked the server for %d UUIDs, it answered %d", n, len(raw))
+		}
+		uuids := make([]UUID, len(raw))
+		for i, b := range raw {
+			if uuids[i], err = uuidOf(b); err != nil {
+				return nil, err
+			}
+		}
+		return uuids, nil
+	})
+}
+
+// uuidOf is the UUID of a server's answer: 16 bytes, or an error of code Internal.
+func uuidOf(b []byte) (UUID, error) {
+	var u UUID
+	if len(b) != len(u) {
+		return u, status.Errorf(codes.Internal, "snowmint: the server answered a UUID of %d bytes, not 16", len(b))
+	}
+	copy(u[:], b)
+	return u, nil
 }
 
 // call makes one request, moving to the next endpoint when a server refuses (UNAVAILABLE),

@@ -15,12 +15,15 @@ import subprocess
 import tempfile
 import threading
 import urllib.request
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+
+from snowmint_client import parse_uuid
 
 ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT = 30.0
@@ -185,3 +188,12 @@ def assert_unique(ids: list[int]) -> None:
 def assert_increasing(ids: list[int]) -> None:
     for a, b in itertools.pairwise(ids):
         assert a < b, f"batch not strictly increasing: {a} then {b}"
+
+
+def assert_uuids_increase(uuids: list[uuid.UUID]) -> None:
+    """Strictly increasing, hence distinct, as values, as bytes and as their text forms."""
+    assert_increasing([u.int for u in uuids])
+    assert len({u.bytes for u in uuids}) == len(uuids)
+    texts = [str(u) for u in uuids]
+    assert sorted(texts) == texts
+    assert all(parse_uuid(t) == u for t, u in zip(texts, uuids, strict=True))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from pathlib import Path
 
 import grpc
 import pytest
-from conftest import StartServer, assert_increasing, assert_unique, write_refusing_state
+from conftest import StartServer, assert_increasing, assert_unique, assert_uuids_increase, write_refusing_state
 
-from snowmint_client import AsyncClient, BufferConfig, ClientClosedError, UnavailableError, decode
+from snowmint_client import AsyncClient, BufferConfig, ClientClosedError, UnavailableError, decode, decode_uuid
 
 
 async def mixed_calls(client: AsyncClient, caller: int, rounds: int) -> list[int]:
@@ -147,3 +148,68 @@ def test_a_closed_client_says_so(start_server: StartServer) -> None:
             await client.next_id()
 
     asyncio.run(run())
+
+
+def test_uuids_are_version_7_increasing_and_decode(start_server: StartServer) -> None:
+    server = start_server(11)
+
+    async def run() -> None:
+        async with AsyncClient([server.grpc_addr]) as client:
+            first = await client.next_uuid()
+            assert isinstance(first, uuid.UUID)
+            assert (first.version, first.variant) == (7, uuid.RFC_4122)
+            d = decode_uuid(first)
+            assert d.slot == 11 == decode(d.id).worker_id
+            assert abs(d.unix_ms - time.time() * 1000) < 1000
+            one = await client.batch_uuids(1)
+            assert len(one) == 1 and one[0] > first
+            batch = await client.batch_uuids(1000, timeout=5)
+            assert len(batch) == 1000
+            assert_uuids_increase([first, *one, *batch])
+            assert all(u.version == 7 and decode_uuid(u).slot == 11 for u in batch)
+            after = await client.next_uuid()
+            assert after > batch[-1]
+            assert str(after) > str(batch[-1])
+
+    asyncio.run(run())
+    assert server.requests("NextUuid") == 2
+    assert server.requests("BatchUuids") == 2
+
+
+def test_batch_uuids_of_zero_is_the_servers_invalid_argument(start_server: StartServer) -> None:
+    first, second = start_server(12), start_server(13)
+
+    async def run() -> None:
+        async with AsyncClient([first.grpc_addr, second.grpc_addr]) as client:
+            with pytest.raises(grpc.RpcError) as error:
+                await client.batch_uuids(0)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert not isinstance(error.value, UnavailableError)
+            with pytest.raises(ValueError):
+                await client.batch_uuids(2**32)
+
+    asyncio.run(run())
+    assert first.requests("BatchUuids") == 1
+    assert second.requests("BatchUuids") == 0, "the error was failed over"
+
+
+def test_uuid_calls_fail_over_as_id_calls_do(start_server: StartServer, tmp_path: Path) -> None:
+    down, up = start_server(14), start_server(15)
+    down.kill()
+    write_refusing_state(tmp_path, 16)
+    refusing = start_server(16, tmp_path)
+
+    async def run() -> None:
+        for endpoints in ([down.grpc_addr, up.grpc_addr], [refusing.grpc_addr, up.grpc_addr]):
+            async with AsyncClient(endpoints, timeout=0.5) as client:
+                assert decode_uuid(await client.next_uuid()).slot == 15
+                assert decode(await client.next_id()).worker_id == 15
+                assert {decode_uuid(u).slot for u in await client.batch_uuids(10)} == {15}
+        async with AsyncClient([refusing.grpc_addr], timeout=0.3) as alone:
+            with pytest.raises(UnavailableError):
+                await alone.next_uuid()
+            with pytest.raises(UnavailableError):
+                await alone.batch_uuids(5)
+
+    asyncio.run(run())
+    assert up.requests("NextUuid") == 2

@@ -5,14 +5,23 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
-from conftest import StartServer, assert_increasing, assert_unique, write_refusing_state
+from conftest import StartServer, assert_increasing, assert_unique, assert_uuids_increase, write_refusing_state
 
-from snowmint_client import BufferConfig, Client, ClientClosedError, UnavailableError, _wire, decode
+from snowmint_client import (
+    BufferConfig,
+    Client,
+    ClientClosedError,
+    UnavailableError,
+    _wire,
+    decode,
+    decode_uuid,
+)
 
 
 def mixed_calls(client: Client, caller: int, rounds: int) -> list[int]:
@@ -154,3 +163,57 @@ def test_the_callers_deadline_wins_and_a_closed_client_says_so(start_server: Sta
     client.close()
     with pytest.raises(ClientClosedError):
         client.next_id()
+
+
+def test_uuids_are_version_7_increasing_and_decode(start_server: StartServer) -> None:
+    server = start_server(11)
+    with Client([server.grpc_addr]) as client:
+        before_ms = time.time() * 1000
+        first = client.next_uuid()
+        assert isinstance(first, uuid.UUID)
+        assert (first.version, first.variant) == (7, uuid.RFC_4122)
+        d = decode_uuid(first)
+        assert d.slot == 11 == decode(d.id).worker_id
+        assert before_ms - 1000 <= d.unix_ms <= time.time() * 1000 + 1000
+        one = client.batch_uuids(1)
+        assert len(one) == 1 and one[0] > first
+        batch = client.batch_uuids(1000, timeout=5)
+        assert len(batch) == 1000
+        assert_uuids_increase([first, *one, *batch])
+        assert all(u.version == 7 and decode_uuid(u).slot == 11 for u in batch)
+        after = client.next_uuid()
+        assert after > batch[-1]
+        assert str(after) > str(batch[-1])
+    assert server.requests("NextUuid") == 2
+    assert server.requests("BatchUuids") == 2
+
+
+def test_batch_uuids_of_zero_is_the_servers_invalid_argument(start_server: StartServer) -> None:
+    first, second = start_server(12), start_server(13)
+    with Client([first.grpc_addr, second.grpc_addr]) as client, pytest.raises(grpc.RpcError) as error:
+        client.batch_uuids(0)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert not isinstance(error.value, UnavailableError)
+    assert first.requests("BatchUuids") == 1
+    assert second.requests("BatchUuids") == 0, "the error was failed over"
+    with Client([first.grpc_addr]) as client, pytest.raises(ValueError):
+        client.batch_uuids(2**32)
+
+
+def test_uuid_calls_fail_over_as_id_calls_do(start_server: StartServer, tmp_path: Path) -> None:
+    down, up = start_server(14), start_server(15)
+    down.kill()
+    write_refusing_state(tmp_path, 16)
+    refusing = start_server(16, tmp_path)
+    for endpoints in ([down.grpc_addr, up.grpc_addr], [refusing.grpc_addr, up.grpc_addr]):
+        with Client(endpoints, timeout=0.5) as client:
+            assert decode_uuid(client.next_uuid()).slot == 15
+            assert decode(client.next_id()).worker_id == 15
+            assert {decode_uuid(u).slot for u in client.batch_uuids(10)} == {15}
+    # Alone, a refusing server gives the retriable error.
+    with Client([refusing.grpc_addr], timeout=0.3) as alone:
+        with pytest.raises(UnavailableError):
+            alone.next_uuid()
+        with pytest.raises(UnavailableError):
+            alone.batch_uuids(5)
+    assert up.requests("NextUuid") == 2

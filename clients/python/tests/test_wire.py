@@ -1,10 +1,11 @@
-"""The client's own encoding of its two calls (_wire.py): the fields it reads and writes are
+"""The client's own encoding of its calls (_wire.py): the fields it reads and writes are
 those of proto/snowmint/v1/snowmint.proto, and it reads what any protobuf writer may send."""
 
 from __future__ import annotations
 
 import re
 import struct
+import uuid
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,79 @@ def test_answers_packed_unpacked_and_with_fields_unknown_here() -> None:
 def test_broken_answers_are_refused(broken: bytes) -> None:
     with pytest.raises(_wire.WireError):
         _wire.batch_ids_response(broken)
+
+
+def test_the_uuid_fields_are_the_protos() -> None:
+    assert fields("NextUuidResponse") == {"uuid": ("bytes", 1), "text": ("string", 2)}
+    assert fields("BatchUuidsRequest") == {"count": ("uint32", 1)}
+    assert fields("BatchUuidsResponse") == {"uuids": ("repeated bytes", 1), "texts": ("repeated string", 2)}
+    assert re.search(r"^message NextUuidRequest \{\}$", PROTO, re.M)
+    assert re.search(r"rpc NextUuid\(NextUuidRequest\) returns \(NextUuidResponse\);", PROTO)
+    assert re.search(r"rpc BatchUuids\(BatchUuidsRequest\) returns \(BatchUuidsResponse\);", PROTO)
+    assert (_wire.NEXT_UUID, _wire.BATCH_UUIDS) == (
+        "/snowmint.v1.IdService/NextUuid",
+        "/snowmint.v1.IdService/BatchUuids",
+    )
+
+
+def test_uuid_requests() -> None:
+    assert _wire.next_uuid_request() == b""
+    assert _wire.batch_uuids_request(0) == b""
+    assert _wire.batch_uuids_request(1) == b"\x08\x01"
+    assert _wire.batch_uuids_request(65_536) == b"\x08\x80\x80\x04"
+    with pytest.raises(ValueError):
+        _wire.batch_uuids_request(-1)
+
+
+def length_delimited(field: int, value: bytes) -> bytes:
+    assert len(value) < 128
+    return bytes([field << 3 | 2, len(value)]) + value
+
+
+UUIDS = [
+    uuid.UUID("019b76da-a800-7000-8000-000000000000"),
+    uuid.UUID("019b76da-a801-7000-80c0-0004ddc55174"),
+    uuid.UUID("ffffffff-ffff-ffff-ffff-ffffffffffff"),
+]
+
+
+def test_uuid_answers_with_their_texts_and_fields_unknown_here() -> None:
+    texts = b"".join(length_delimited(2, str(u).encode()) for u in UUIDS)
+    uuids = b"".join(length_delimited(1, u.bytes) for u in UUIDS)
+    # A varint field 3, a fixed32 field 9 and a fixed64 field 10, unknown here.
+    extra = b"\x18\x96\x01" + b"\x4d\x01\x02\x03\x04" + b"\x51" + b"\x00" * 8
+    assert _wire.batch_uuids_response(uuids + texts) == UUIDS
+    assert _wire.batch_uuids_response(extra + texts + uuids + extra) == UUIDS
+    # The texts interleaved with the UUIDs, as a writer may put them.
+    interleaved = b"".join(length_delimited(1, u.bytes) + length_delimited(2, str(u).encode()) for u in UUIDS)
+    assert _wire.batch_uuids_response(interleaved) == UUIDS
+    assert _wire.batch_uuids_response(b"") == []
+    one = UUIDS[1]
+    assert _wire.next_uuid_response(length_delimited(1, one.bytes) + length_delimited(2, str(one).encode())) == one
+    assert _wire.next_uuid_response(extra + length_delimited(2, b"x") + length_delimited(1, one.bytes)) == one
+    # A repeated singular field: the last value wins.
+    assert _wire.next_uuid_response(length_delimited(1, UUIDS[0].bytes) + length_delimited(1, one.bytes)) == one
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        length_delimited(1, b""),
+        length_delimited(1, b"\x01" * 15),
+        length_delimited(1, b"\x01" * 17),
+        b"\x0a\x10" + b"\x00" * 15,  # runs past the message
+        b"\x0a",
+        b"\x0b",
+    ],
+)
+def test_broken_uuid_answers_are_refused(broken: bytes) -> None:
+    with pytest.raises(_wire.WireError):
+        _wire.next_uuid_response(broken)
+    with pytest.raises(_wire.WireError):
+        _wire.batch_uuids_response(length_delimited(1, UUIDS[0].bytes) + broken)
+
+
+def test_a_next_uuid_answer_without_a_uuid_is_refused() -> None:
+    for empty in (b"", length_delimited(2, b"019b76da-a800-7000-8000-000000000000")):
+        with pytest.raises(_wire.WireError, match="0 bytes"):
+            _wire.next_uuid_response(empty)

@@ -12,6 +12,7 @@ use crate::coalesce::{self, Waiter};
 use crate::endpoints::{Endpoints, Settings};
 use crate::error::ClientError;
 use crate::opaque::OpaqueId;
+use crate::uuid::Uuid;
 
 /// The largest `BatchIds` the coalescer makes unless told otherwise.
 pub const DEFAULT_MAX_COALESCED: u32 = 4096;
@@ -197,6 +198,43 @@ impl Client {
             return Err(ClientError::Closed);
         }
         self.inner.endpoints.opaque(count, None).await
+    }
+
+    /// One new UUIDv7 (RFC 9562), made by the server from one newly minted ID: unique
+    /// fleet-wide as the ID is. Never buffered or coalesced: one `NextUuid` call, failing
+    /// over as [`Client::batch`] does.
+    pub async fn next_uuid(&self) -> Result<Uuid, ClientError> {
+        self.uuids_by(None, None).await.map(|mut one| one.remove(0))
+    }
+
+    /// [`Client::next_uuid`], all attempts included within `timeout`.
+    pub async fn next_uuid_within(&self, timeout: Duration) -> Result<Uuid, ClientError> {
+        self.uuids_by(None, Some(Instant::now() + timeout)).await.map(|mut one| one.remove(0))
+    }
+
+    /// `count` new UUIDv7s, strictly increasing, from one server in one `BatchUuids` call.
+    /// `count` must be 1 to the server's `--max-batch`.
+    pub async fn batch_uuids(&self, count: u32) -> Result<Vec<Uuid>, ClientError> {
+        self.uuids_by(Some(count), None).await
+    }
+
+    /// [`Client::batch_uuids`], all attempts included within `timeout`.
+    pub async fn batch_uuids_within(&self, count: u32, timeout: Duration) -> Result<Vec<Uuid>, ClientError> {
+        self.uuids_by(Some(count), Some(Instant::now() + timeout)).await
+    }
+
+    /// `count` UUIDs, or one without.
+    async fn uuids_by(&self, count: Option<u32>, deadline: Option<Instant>) -> Result<Vec<Uuid>, ClientError> {
+        if self.inner.closer.is_closed() {
+            return Err(ClientError::Closed);
+        }
+        let uuids = self.inner.endpoints.uuids(count, deadline).await?;
+        let asked = count.unwrap_or(1) as usize;
+        if uuids.len() != asked {
+            let message = format!("the server sent {} UUIDs for {asked} asked", uuids.len());
+            return Err(ClientError::Rejected(tonic::Status::internal(message)));
+        }
+        Ok(uuids)
     }
 
     /// Ends the client at once, for every clone of it: the buffer stops refilling, every call

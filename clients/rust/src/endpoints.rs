@@ -26,7 +26,8 @@ use crate::closer::Closer;
 use crate::error::ClientError;
 use crate::opaque::OpaqueId;
 use crate::proto::id_service_client::IdServiceClient;
-use crate::proto::{BatchIdsRequest, NextIdRequest};
+use crate::proto::{BatchIdsRequest, BatchUuidsRequest, NextIdRequest, NextUuidRequest};
+use crate::uuid::Uuid;
 
 /// The servers a client talks to, and which one is current.
 pub(crate) struct Endpoints {
@@ -103,6 +104,32 @@ impl Endpoints {
 
     /// One `NextId` or `BatchIds` call asking for opaque IDs (`count` 0: `NextId`), failing
     /// over as the contract says: each opaque ID from the string form the server sends.
+    /// With `count`, a `BatchUuids` of `count`; without, one `NextUuid`.
+    pub(crate) async fn uuids(&self, count: Option<u32>, deadline: Option<Instant>) -> Result<Vec<Uuid>, ClientError> {
+        let bytes = self
+            .call(deadline, |mut stub, timeout| async move {
+                if let Some(count) = count {
+                    let mut request = tonic::Request::new(BatchUuidsRequest { count });
+                    request.set_timeout(timeout);
+                    stub.batch_uuids(request).await.map(|response| response.into_inner().uuids)
+                } else {
+                    let mut request = tonic::Request::new(NextUuidRequest {});
+                    request.set_timeout(timeout);
+                    stub.next_uuid(request).await.map(|response| vec![response.into_inner().uuid])
+                }
+            })
+            .await?;
+        bytes
+            .iter()
+            .map(|bytes| {
+                Uuid::from_slice(bytes).ok_or_else(|| {
+                    let message = format!("the server sent a UUID of {} bytes, not 16", bytes.len());
+                    ClientError::Rejected(Status::internal(message))
+                })
+            })
+            .collect()
+    }
+
     pub(crate) async fn opaque(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<OpaqueId>, ClientError> {
         let texts = self
             .call(deadline, |mut stub, timeout| async move {

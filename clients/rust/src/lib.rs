@@ -14,6 +14,7 @@
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
 //! - [`opaque`]: the string form of opaque IDs, read and written with no key.
 //! - [`layout`]: decoding IDs locally, with no server.
+//! - [`uuid`]: UUIDv7s' text form, and their fields read back locally.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), snowmint_client::ClientError> {
@@ -35,9 +36,11 @@ pub mod error;
 pub mod layout;
 pub mod opaque;
 pub mod proto;
+pub mod uuid;
 
 pub use buffer::BufferConfig;
 pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
 pub use layout::{Decoded, Layout};
 pub use opaque::{OpaqueId, OpaqueIdError};
+pub use uuid::{DecodedUuid, Uuid, UuidError};

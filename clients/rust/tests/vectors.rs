@@ -66,3 +66,50 @@ fn the_presets_are_the_vectors_layouts() {
     }
     assert!(Layout::named("flake").is_err());
 }
+
+fn uuid_vectors() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/uuid-vectors.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn every_uuid_vector_reads_back_to_the_id_it_was_made_from() {
+    use snowmint_client::Uuid;
+    let (layouts, data) = (vectors(), uuid_vectors());
+    let entries = data["vectors"].as_array().unwrap();
+    assert!(entries.len() > 50);
+    for entry in entries {
+        let name = entry["layout"].as_str().unwrap();
+        let text = entry["uuid"].as_str().unwrap();
+        let uuid: Uuid = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(uuid.to_string(), text);
+        assert_eq!(text.to_uppercase().parse::<Uuid>().unwrap(), uuid);
+        let d = layout(&layouts["layouts"][name]).decode_uuid(uuid).unwrap_or_else(|e| panic!("{name} {text}: {e}"));
+        let got =
+            (d.id.to_string(), d.unix_ms.to_string(), u64::from(d.slot), u64::from(d.sequence), u64::from(d.random));
+        let want = (
+            entry["id"].as_str().unwrap().to_string(),
+            entry["unix_ms"].as_str().unwrap().to_string(),
+            entry["slot"].as_u64().unwrap(),
+            entry["sequence"].as_u64().unwrap(),
+            entry["random"].as_u64().unwrap(),
+        );
+        assert_eq!(got, want, "{name} {text}");
+    }
+}
+
+#[test]
+fn every_uuid_of_another_kind_is_refused_by_its_check_and_malformed_text_is_not_read() {
+    use snowmint_client::Uuid;
+    let (layouts, data) = (vectors(), uuid_vectors());
+    for entry in data["invalid"].as_array().unwrap() {
+        let name = entry["layout"].as_str().unwrap();
+        let text = entry["uuid"].as_str().unwrap();
+        let error = layout(&layouts["layouts"][name]).decode_uuid(text.parse().unwrap()).unwrap_err();
+        assert_eq!(error.kind(), entry["kind"].as_str().unwrap(), "{name} {text}: {error}");
+    }
+    for entry in data["malformed"].as_array().unwrap() {
+        let text = entry["text"].as_str().unwrap();
+        assert_eq!(text.parse::<Uuid>().map_err(|e| e.kind()), Err("text"), "{text:?}");
+    }
+}

@@ -4,6 +4,7 @@ import { Coalescer } from './coalescer.js';
 import { EndpointPool } from './endpoints.js';
 import { ClientClosedError } from './errors.js';
 import { boundOf, type Bound, type CallOptions, type ClientOptions } from './options.js';
+import type { Uuid } from './uuid.js';
 
 /**
  * A client of one or several snowmint servers. IDs are `bigint`s, never `number`s.
@@ -18,6 +19,8 @@ import { boundOf, type Bound, type CallOptions, type ClientOptions } from './opt
  * - With a buffer, `nextId()` takes IDs prefetched in the background, refilled at the rate they
  *   are used. Without one, concurrent `nextId()` calls are coalesced: the callers waiting while
  *   a call is in flight are all served by the next one, a single `BatchIds`.
+ * - `nextUuid()` and `batchUuids(n)` get UUIDv7s made from newly minted IDs, one call each
+ *   (never buffered, never coalesced), with the same failover, attempts and bounds.
  */
 export class SnowmintClient {
   private readonly pool: EndpointPool;
@@ -99,6 +102,41 @@ export class SnowmintClient {
       throw new ClientClosedError();
     }
     return this.pool.batch(count, boundOf(options));
+  }
+
+  /**
+   * One UUIDv7, made from one newly minted ID: unique fleet-wide as the ID is. One `NextUuid`
+   * call, failing over as `nextId()` does; never from the buffer, never shared with other
+   * callers. {@link decodeUuid} reads the ID back from it.
+   * @throws UnavailableError every attempt failed: retry later
+   * @throws DeadlineExceededError the call's own timeout passed: retry later
+   * @throws RejectedError the server rejected the request, or its answer was malformed
+   *   (`INTERNAL`: not 16 bytes)
+   * @throws ClientClosedError after {@link close}, or when it was closed during the call
+   * @throws RangeError for a `timeoutMs` that is not positive
+   */
+  async nextUuid(options?: CallOptions): Promise<Uuid> {
+    if (this.pool.closed) {
+      throw new ClientClosedError();
+    }
+    return this.pool.nextUuid(boundOf(options));
+  }
+
+  /**
+   * `count` UUIDv7s, strictly increasing, from one server in one `BatchUuids` call (count 1
+   * too), with the failover of {@link batch}. A count the server does not accept (0, or above
+   * its maximum, 65,536 by default) rejects with `RejectedError` (`INVALID_ARGUMENT`), as the
+   * server answered.
+   * @throws RangeError for a count that is not a whole number from 0 to 2^32 - 1
+   */
+  async batchUuids(count: number, options?: CallOptions): Promise<Uuid[]> {
+    if (!Number.isInteger(count) || count < 0 || count > 0xffff_ffff) {
+      throw new RangeError(`count must be a whole number from 0 to 2^32 - 1, got ${count}`);
+    }
+    if (this.pool.closed) {
+      throw new ClientClosedError();
+    }
+    return this.pool.batchUuids(count, boundOf(options));
   }
 
   /**

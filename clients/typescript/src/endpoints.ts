@@ -11,7 +11,22 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import { ClientClosedError, DeadlineExceededError, RejectedError, UnavailableError } from './errors.js';
 import type { Bound, TlsOptions } from './options.js';
-import { BATCH_IDS, NEXT_ID, batchIdsResponse, batchIdsRequest, identity, nextIdRequest, nextIdResponse } from './wire.js';
+import { Uuid } from './uuid.js';
+import {
+  BATCH_IDS,
+  BATCH_UUIDS,
+  NEXT_ID,
+  NEXT_UUID,
+  batchIdsRequest,
+  batchIdsResponse,
+  batchUuidsRequest,
+  batchUuidsResponse,
+  identity,
+  nextIdRequest,
+  nextIdResponse,
+  nextUuidRequest,
+  nextUuidResponse,
+} from './wire.js';
 
 /**
  * grpc-js holds a connection that failed in a reconnect backoff (up to 120 s by default,
@@ -53,6 +68,33 @@ function describe(error: ServiceError): string {
   return `${Status[error.code] ?? error.code}: ${error.details || error.message}`;
 }
 
+/** One attempt's bounds: its own timeout, and the caller's signal. */
+interface AttemptOptions {
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+}
+
+/** A malformed answer: the client's error (`INTERNAL`), returned as a server's other errors are. */
+function malformed(details: string): ServiceError {
+  return Object.assign(new Error(details), { code: Status.INTERNAL, details, metadata: new Metadata() });
+}
+
+/** A batch's answer, checked to hold `count` values: callers are promised one each, and a short reply must fail them, not strand them. */
+function counted<T>(what: string, count: number, values: T[]): T[] {
+  if (values.length !== count) {
+    throw malformed(`asked for ${count} ${what}, got ${values.length}`);
+  }
+  return values;
+}
+
+/** The UUID of an answer's bytes, which must be 16. */
+function uuidOf(bytes: Uint8Array): Uuid {
+  if (bytes.length !== 16) {
+    throw malformed(`a UUID of ${bytes.length} bytes, not 16`);
+  }
+  return new Uuid(bytes);
+}
+
 export class EndpointPool {
   private readonly endpoints: Endpoint[];
   /** Index of the endpoint to try first. */
@@ -79,29 +121,54 @@ export class EndpointPool {
     this.endpoints = endpoints;
   }
 
-  /** The longest a call without a deadline of its own may take: every attempt's timeout. */
+  /** The longest a call without a deadline of its own may take: every attempt's timeout, and the pauses between them. */
   get longestCallMs(): number {
-    return this.timeoutMs * this.attempts;
+    let pauses = 0;
+    for (let k = 0; k < this.attempts; k++) {
+      pauses += pauseBefore(k, this.endpoints.length);
+    }
+    return this.timeoutMs * this.attempts + pauses;
   }
 
   /** One `NextId` call, failing over. */
   nextId(bound: Bound): Promise<bigint[]> {
-    return this.fetch(undefined, bound);
+    return this.fetch(bound, async (endpoint, attempt) => [
+      await this.unary(endpoint, NEXT_ID, nextIdRequest(), nextIdResponse, attempt),
+    ]);
   }
 
   /** One `BatchIds` call of `count`, failing over. */
   batch(count: number, bound: Bound): Promise<bigint[]> {
-    return this.fetch(count, bound);
+    return this.fetch(bound, async (endpoint, attempt) =>
+      counted('IDs', count, await this.unary(endpoint, BATCH_IDS, batchIdsRequest(count), batchIdsResponse, attempt)),
+    );
   }
 
-  /** `BatchIds` of `count`, or `NextId` without one. */
-  private async fetch(count: number | undefined, bound: Bound): Promise<bigint[]> {
+  /** One `NextUuid` call, failing over. */
+  nextUuid(bound: Bound): Promise<Uuid> {
+    return this.fetch(bound, async (endpoint, attempt) =>
+      uuidOf(await this.unary(endpoint, NEXT_UUID, nextUuidRequest(), nextUuidResponse, attempt)),
+    );
+  }
+
+  /** One `BatchUuids` call of `count`, failing over. */
+  batchUuids(count: number, bound: Bound): Promise<Uuid[]> {
+    return this.fetch(bound, async (endpoint, attempt) =>
+      counted('UUIDs', count, await this.unary(endpoint, BATCH_UUIDS, batchUuidsRequest(count), batchUuidsResponse, attempt)).map(uuidOf),
+    );
+  }
+
+  /**
+   * One call: `attempt` made on the current endpoint, failing over as the contract says. An
+   * error it throws with a gRPC `code` counts as that endpoint's answer.
+   */
+  private async fetch<T>(bound: Bound, attempt: (endpoint: Endpoint, options: AttemptOptions) => Promise<T>): Promise<T> {
     const { deadline, signal } = bound;
     const n = this.endpoints.length;
     let last: ServiceError | undefined;
     let lastAddress = '';
-    for (let attempt = 0; attempt < this.attempts; attempt++) {
-      const pause = pauseBefore(attempt, n);
+    for (let k = 0; k < this.attempts; k++) {
+      const pause = pauseBefore(k, n);
       if (pause > 0) {
         if (deadline !== undefined && performance.now() + pause >= deadline) {
           await sleep(Math.max(0, deadline - performance.now()), undefined, signal ? { signal } : {}).catch(() =>
@@ -126,7 +193,7 @@ export class EndpointPool {
       const index = this.current;
       const endpoint = this.endpoints[index]!;
       try {
-        return await this.call(endpoint, count, attemptMs, signal);
+        return await attempt(endpoint, { timeoutMs: attemptMs, signal });
       } catch (e) {
         signal?.throwIfAborted();
         if (this.closed) {
@@ -157,37 +224,23 @@ export class EndpointPool {
     );
   }
 
-  private call(endpoint: Endpoint, count: number | undefined, timeoutMs: number, signal?: AbortSignal): Promise<bigint[]> {
+  /** One unary call of `path` on `endpoint`, its answer read with `read`; cancelled by `close()` and by the signal. */
+  private unary<R>(endpoint: Endpoint, path: string, request: Buffer, read: (data: Buffer) => R, attempt: AttemptOptions): Promise<R> {
+    const { timeoutMs, signal } = attempt;
     const options = { deadline: Date.now() + timeoutMs };
     return new Promise((resolve, reject) => {
       let cancel: (() => void) | undefined;
-      const done = (error: unknown, ids?: bigint[]) => {
+      const call = endpoint.client.makeUnaryRequest(path, identity, read, request, new Metadata(), options, (error, answer) => {
         this.inFlight.delete(call);
         if (cancel) {
           signal?.removeEventListener('abort', cancel);
         }
-        if (ids) {
-          resolve(ids);
-        } else {
+        if (error || answer === undefined) {
           reject(error);
+        } else {
+          resolve(answer);
         }
-      };
-      const call =
-        count === undefined
-          ? endpoint.client.makeUnaryRequest(NEXT_ID, identity, nextIdResponse, nextIdRequest(), new Metadata(), options,
-              (error, id) => done(error, error || id === undefined ? undefined : [id]))
-          : endpoint.client.makeUnaryRequest(BATCH_IDS, identity, batchIdsResponse, batchIdsRequest(count), new Metadata(),
-              options, (error, ids) => {
-                if (error || !ids) {
-                  done(error);
-                } else if (ids.length !== count) {
-                  // Callers are promised one ID each: a short reply must fail them, not strand them.
-                  const details = `asked for ${count} IDs, got ${ids.length}`;
-                  done(Object.assign(new Error(details), { code: Status.INTERNAL, details }));
-                } else {
-                  done(null, ids);
-                }
-              });
+      });
       this.inFlight.add(call);
       if (signal) {
         cancel = () => call.cancel();

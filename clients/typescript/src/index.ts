@@ -1,9 +1,11 @@
 /**
  * The TypeScript client of snowmint, a service that mints unique, roughly time-sorted 64-bit
- * IDs. {@link SnowmintClient} gets IDs (failover across endpoints, an optional prefetch
- * buffer); {@link decode} reads them, and other systems' IDs, without a server;
- * {@link parseOpaqueId} and {@link formatOpaqueId} read and write the string form of opaque
- * IDs, with no key. Every ID is a `bigint`. Nothing is read from disk at import.
+ * IDs, and UUIDv7s made from them. {@link SnowmintClient} gets IDs (failover across endpoints,
+ * an optional prefetch buffer) and UUIDs; {@link decode} reads IDs, and other systems' IDs,
+ * without a server; {@link parseUuid}, {@link formatUuid} and {@link decodeUuid} read and write
+ * UUIDs' text form and read back the ID a UUID was made from; {@link parseOpaqueId} and
+ * {@link formatOpaqueId} read and write the string form of opaque IDs, with no key. Every ID is
+ * a `bigint`. Nothing is read from disk at import.
  */
 export { SnowmintClient } from './client.js';
 export type { BufferOptions, CallOptions, ClientOptions, TlsOptions } from './options.js';
@@ -37,3 +39,13 @@ export {
   type OpaqueErrorKind,
   type OpaqueId,
 } from './opaque.js';
+export {
+  UUID_TEXT_LENGTH,
+  Uuid,
+  UuidError,
+  decodeUuid,
+  formatUuid,
+  parseUuid,
+  type DecodedUuid,
+  type UuidErrorKind,
+} from './uuid.js';

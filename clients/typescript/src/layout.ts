@@ -149,6 +149,15 @@ export function decode(id: bigint, layoutOrName: Layout | LayoutName = DEFAULT_L
   return { id, unixMs, tick, workerId, sequence, time: rfc3339(unixMs), layout: l };
 }
 
+/**
+ * The ID of `tick`, `workerId` and `sequence` (each within its field) in `layout`: the reverse
+ * of {@link decode}, with the fields in the layout's order.
+ */
+export function pack(l: Layout, tick: bigint, workerId: bigint, sequence: bigint): bigint {
+  const [workerShift, sequenceShift] = l.order === 'worker_sequence' ? [l.sequenceBits, 0] : [0, l.workerBits];
+  return (tick << BigInt(l.workerBits + l.sequenceBits)) | (workerId << BigInt(workerShift)) | (sequence << BigInt(sequenceShift));
+}
+
 /** The largest time a JavaScript `Date` holds, in ms either side of the Unix epoch. */
 const MAX_DATE_MS = 8_640_000_000_000_000n;
 

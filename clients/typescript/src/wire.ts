@@ -1,19 +1,25 @@
 /**
- * The two calls the client makes, on the wire: the method paths of
- * proto/snowmint/v1/snowmint.proto and their messages in the protobuf encoding, written and read
- * here directly. Nothing is loaded at run time (no `.proto` file, no protobuf library), so the
- * package bundles as any other; only the fields below are used, and test/wire.test.ts checks
- * their numbers and types against the proto file.
+ * The calls the client makes, on the wire: the method paths of proto/snowmint/v1/snowmint.proto
+ * and their messages in the protobuf encoding, written and read here directly. Nothing is
+ * loaded at run time (no `.proto` file, no protobuf library), so the package bundles as any
+ * other; only the fields below are used, and test/wire.test.ts checks their numbers and types
+ * against the proto file.
  *
- *     NextIdRequest {}                      NextIdResponse { fixed64 id = 1; }
- *     BatchIdsRequest { uint32 count = 1; } BatchIdsResponse { repeated fixed64 ids = 1; }
+ *     NextIdRequest {}                        NextIdResponse { fixed64 id = 1; }
+ *     BatchIdsRequest { uint32 count = 1; }   BatchIdsResponse { repeated fixed64 ids = 1; }
+ *     NextUuidRequest {}                      NextUuidResponse { bytes uuid = 1; }
+ *     BatchUuidsRequest { uint32 count = 1; } BatchUuidsResponse { repeated bytes uuids = 1; }
  *
- * Any other field of an answer (a newer server's) is skipped, as protobuf readers do. Each
- * fixed64 is read as a `bigint` from its eight bytes, never through a JS `number`.
+ * Any other field of an answer (a newer server's, or the UUIDs' `text`/`texts`, which the
+ * client writes itself from the bytes) is skipped, as protobuf readers do. Each fixed64 is read
+ * as a `bigint` from its eight bytes, never through a JS `number`; each bytes field as the bytes
+ * it holds, whatever their length (the caller checks that a UUID has 16).
  */
 
 export const NEXT_ID = '/snowmint.v1.IdService/NextId';
 export const BATCH_IDS = '/snowmint.v1.IdService/BatchIds';
+export const NEXT_UUID = '/snowmint.v1.IdService/NextUuid';
+export const BATCH_UUIDS = '/snowmint.v1.IdService/BatchUuids';
 
 const VARINT = 0;
 const FIXED64 = 1;
@@ -33,6 +39,16 @@ const EMPTY = Buffer.alloc(0);
 /** NextIdRequest {}: every field at its default, so no bytes. */
 export function nextIdRequest(): Buffer {
   return EMPTY;
+}
+
+/** NextUuidRequest {}: no fields, so no bytes. */
+export function nextUuidRequest(): Buffer {
+  return EMPTY;
+}
+
+/** BatchUuidsRequest { count }: encoded as BatchIdsRequest's, field 1 as a varint. */
+export function batchUuidsRequest(count: number): Buffer {
+  return batchIdsRequest(count);
 }
 
 /** BatchIdsRequest { count }: field 1 as a varint (omitted at 0, its default). */
@@ -69,9 +85,11 @@ function varint(data: Buffer, at: number): [number, number] {
   }
 }
 
-/** Every value of field 1 (fixed64), packed or not; other fields skipped. */
-function fixed64s(data: Buffer): bigint[] {
-  const ids: bigint[] = [];
+/**
+ * Walks the fields of a message, calling `visit` with each one's number, wire type and the
+ * bytes of its value (for a length-delimited field, of its contents).
+ */
+function fields(data: Buffer, visit: (field: number, kind: number, start: number, end: number) => void): void {
   let at = 0;
   const end = data.length;
   while (at < end) {
@@ -79,41 +97,72 @@ function fixed64s(data: Buffer): bigint[] {
     [key, at] = varint(data, at);
     const field = Math.floor(key / 8);
     const kind = key % 8;
+    const start = at;
     if (kind === VARINT) {
       [, at] = varint(data, at);
     } else if (kind === FIXED64) {
-      if (at + 8 > end) {
+      at += 8;
+      if (at > end) {
         throw new WireError('a fixed64 runs past the message');
       }
-      if (field === 1) {
-        ids.push(data.readBigUInt64LE(at));
-      }
-      at += 8;
     } else if (kind === LENGTH) {
       let length: number;
       [length, at] = varint(data, at);
       if (at + length > end) {
         throw new WireError('a length-delimited field runs past the message');
       }
-      if (field === 1) {
-        if (length % 8 !== 0) {
-          throw new WireError(`packed fixed64s of ${length} bytes`);
-        }
-        for (let i = at; i < at + length; i += 8) {
-          ids.push(data.readBigUInt64LE(i));
-        }
-      }
+      visit(field, kind, at, at + length);
       at += length;
+      continue;
     } else if (kind === FIXED32) {
       at += 4;
+      if (at > end) {
+        throw new WireError('a field runs past the message');
+      }
     } else {
       throw new WireError(`wire type ${kind} of field ${field}`);
     }
+    visit(field, kind, start, at);
   }
-  if (at !== end) {
-    throw new WireError('a field runs past the message');
-  }
+}
+
+/** Every value of field 1 (fixed64), packed or not; other fields skipped. */
+function fixed64s(data: Buffer): bigint[] {
+  const ids: bigint[] = [];
+  fields(data, (field, kind, start, end) => {
+    if (field !== 1) {
+      return;
+    }
+    if (kind === FIXED64) {
+      ids.push(data.readBigUInt64LE(start));
+    } else if (kind === LENGTH) {
+      if ((end - start) % 8 !== 0) {
+        throw new WireError(`packed fixed64s of ${end - start} bytes`);
+      }
+      for (let i = start; i < end; i += 8) {
+        ids.push(data.readBigUInt64LE(i));
+      }
+    }
+  });
   return ids;
+}
+
+/**
+ * Every value of field 1 (bytes), as views of `data`; other fields skipped. Bytes are never
+ * packed, so field 1 of any other wire type is not the message it should be.
+ */
+function byteStrings(data: Buffer): Buffer[] {
+  const values: Buffer[] = [];
+  fields(data, (field, kind, start, end) => {
+    if (field !== 1) {
+      return;
+    }
+    if (kind !== LENGTH) {
+      throw new WireError(`field 1 of wire type ${kind}, not bytes`);
+    }
+    values.push(data.subarray(start, end));
+  });
+  return values;
 }
 
 /** NextIdResponse's id (0 when absent, as protobuf reads a missing field). */
@@ -125,6 +174,17 @@ export function nextIdResponse(data: Buffer): bigint {
 /** BatchIdsResponse's ids. */
 export function batchIdsResponse(data: Buffer): bigint[] {
   return fixed64s(data);
+}
+
+/** NextUuidResponse's uuid (empty when absent, as protobuf reads a missing field). */
+export function nextUuidResponse(data: Buffer): Buffer {
+  const uuids = byteStrings(data);
+  return uuids.length > 0 ? uuids[uuids.length - 1]! : EMPTY;
+}
+
+/** BatchUuidsResponse's uuids. */
+export function batchUuidsResponse(data: Buffer): Buffer[] {
+  return byteStrings(data);
 }
 
 /** The serializer of requests already encoded. */

@@ -1,56 +1,10 @@
 // Local decoding against the shared vectors, which the server's own decode produced, and the
 // exact decoding of IDs from the wire.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 
-import { LAYOUT_NAMES, decode, layout, namedLayout, snowmintLayout, type FieldOrder, type Layout } from '../src/index.js';
-
-interface VectorFile {
-  layouts: Record<string, {
-    epoch_ms: string;
-    tick_ms: number;
-    time_bits: number;
-    worker_bits: number;
-    sequence_bits: number;
-    order: FieldOrder;
-  }>;
-  vectors: { layout: string; id: string; unix_ms: string; tick: string; worker_id: number; sequence: number; time: string }[];
-  invalid: { layout: string; id: string; reason: string }[];
-}
-
-const file: VectorFile = JSON.parse(
-  readFileSync(new URL('../../../testdata/vectors.json', import.meta.url), 'utf8'),
-  // 64-bit values are strings in the file; a stray number past 2^53 would be wrong already.
-  (key, value) => {
-    if (typeof value === 'number' && !Number.isSafeInteger(value)) {
-      throw new Error(`${key}: ${value} is not exact as a JSON number`);
-    }
-    return value;
-  },
-);
-
-/**
- * The client's own layout for a name of the file: a preset by name, or a snowmint layout
- * built from its widths. Either way it must match the file's definition field by field.
- */
-function ours(name: string): Layout {
-  const def = file.layouts[name]!;
-  const fromFile = layout({
-    name,
-    epochMs: Number(def.epoch_ms),
-    tickMs: def.tick_ms,
-    timeBits: def.time_bits,
-    workerBits: def.worker_bits,
-    sequenceBits: def.sequence_bits,
-    order: def.order,
-  });
-  const own = (LAYOUT_NAMES as readonly string[]).includes(name)
-    ? namedLayout(name)
-    : snowmintLayout({ epochMs: fromFile.epochMs, workerBits: fromFile.workerBits, sequenceBits: fromFile.sequenceBits });
-  assert.deepEqual({ ...own, name }, fromFile, `layout ${name} differs from the vector file`);
-  return own;
-}
+import { LAYOUT_NAMES, decode, layout, namedLayout, snowmintLayout } from '../src/index.js';
+import { ours, vectorFile as file } from './vectors.js';
 
 describe('decode agrees with every shared vector', () => {
   test('the file has vectors and invalid IDs for layouts it defines', () => {

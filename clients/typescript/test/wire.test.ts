@@ -1,11 +1,25 @@
-// The client's own encoding of its two calls (src/wire.ts): the fields it reads and writes are
+// The client's own encoding of its calls (src/wire.ts): the fields it reads and writes are
 // those of proto/snowmint/v1/snowmint.proto, and it reads what any protobuf writer may send,
 // every fixed64 exactly, past 2^53 and up to 2^64 - 1.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
-import { BATCH_IDS, NEXT_ID, WireError, batchIdsRequest, batchIdsResponse, nextIdRequest, nextIdResponse } from '../src/wire.js';
+import {
+  BATCH_IDS,
+  BATCH_UUIDS,
+  NEXT_ID,
+  NEXT_UUID,
+  WireError,
+  batchIdsRequest,
+  batchIdsResponse,
+  batchUuidsRequest,
+  batchUuidsResponse,
+  nextIdRequest,
+  nextIdResponse,
+  nextUuidRequest,
+  nextUuidResponse,
+} from '../src/wire.js';
 
 const PROTO = readFileSync(new URL('../../../../proto/snowmint/v1/snowmint.proto', import.meta.url), 'utf8');
 
@@ -29,6 +43,18 @@ test('the fields and methods are the proto’s', () => {
   assert.deepEqual([NEXT_ID, BATCH_IDS], ['/snowmint.v1.IdService/NextId', '/snowmint.v1.IdService/BatchIds']);
 });
 
+test('the UUID calls’ fields and methods are the proto’s', () => {
+  assert.match(PROTO, /^message NextUuidRequest \{\}$/m);
+  assert.deepEqual(fields('NextUuidResponse').get('uuid'), ['bytes', 1]);
+  assert.deepEqual(fields('NextUuidResponse').get('text'), ['string', 2]);
+  assert.deepEqual(fields('BatchUuidsRequest').get('count'), ['uint32', 1]);
+  assert.deepEqual(fields('BatchUuidsResponse').get('uuids'), ['repeated bytes', 1]);
+  assert.deepEqual(fields('BatchUuidsResponse').get('texts'), ['repeated string', 2]);
+  assert.match(PROTO, /rpc NextUuid\(NextUuidRequest\) returns \(NextUuidResponse\);/);
+  assert.match(PROTO, /rpc BatchUuids\(BatchUuidsRequest\) returns \(BatchUuidsResponse\);/);
+  assert.deepEqual([NEXT_UUID, BATCH_UUIDS], ['/snowmint.v1.IdService/NextUuid', '/snowmint.v1.IdService/BatchUuids']);
+});
+
 test('requests', () => {
   assert.equal(nextIdRequest().length, 0);
   assert.deepEqual([...batchIdsRequest(0)], []);
@@ -36,6 +62,12 @@ test('requests', () => {
   assert.deepEqual([...batchIdsRequest(300)], [0x08, 0xac, 0x02]);
   assert.deepEqual([...batchIdsRequest(2 ** 32 - 1)], [0x08, 0xff, 0xff, 0xff, 0xff, 0x0f]);
   assert.throws(() => batchIdsRequest(2 ** 32), RangeError);
+  assert.equal(nextUuidRequest().length, 0);
+  assert.deepEqual([...batchUuidsRequest(0)], []);
+  assert.deepEqual([...batchUuidsRequest(1)], [0x08, 0x01]);
+  assert.deepEqual([...batchUuidsRequest(65536)], [0x08, 0x80, 0x80, 0x04]);
+  assert.deepEqual([...batchUuidsRequest(2 ** 32 - 1)], [0x08, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+  assert.throws(() => batchUuidsRequest(-1), RangeError);
 });
 
 function fixed64(id: bigint): Buffer {
@@ -61,5 +93,60 @@ test('answers, packed or not, with fields unknown here', () => {
 test('broken answers are refused', () => {
   for (const broken of [[0x09, 1, 2], [0x0a, 0x10, ...Array(8).fill(0)], [0x0a, 3, 0, 0, 0], [0x0b], [0x80], [0x18]]) {
     assert.throws(() => batchIdsResponse(Buffer.from(broken)), WireError, JSON.stringify(broken));
+  }
+});
+
+/** A length-delimited field: its key, its length as a varint, its bytes. */
+function lengthField(field: number, bytes: Uint8Array): Buffer {
+  const length = [];
+  let n = bytes.length;
+  while (n >= 0x80) {
+    length.push((n & 0x7f) | 0x80);
+    n >>= 7;
+  }
+  length.push(n);
+  return Buffer.concat([Buffer.from([(field << 3) | 2, ...length]), bytes]);
+}
+
+const uuidBytes = (seed: number) => Buffer.from(Array.from({ length: 16 }, (_, i) => (seed * 17 + i * 31) & 0xff));
+
+test('UUID answers: bytes, with texts and fields unknown here skipped', () => {
+  const uuids = [uuidBytes(1), uuidBytes(2), Buffer.alloc(16), Buffer.alloc(16, 0xff), uuidBytes(200)];
+  const text = (u: Buffer) => lengthField(2, Buffer.from(u.toString('hex')));
+  // As the server writes it: every uuid (1), then every text (2).
+  const answer = Buffer.concat([...uuids.map((u) => lengthField(1, u)), ...uuids.map(text)]);
+  assert.deepEqual(batchUuidsResponse(answer).map((u) => [...u]), uuids.map((u) => [...u]));
+  // Interleaved, with a varint field 3, a fixed32 field 9 and a fixed64 field 10 about.
+  const extra = Buffer.from([0x18, 0x96, 0x01, 0x4d, 1, 2, 3, 4, 0x51, 0, 0, 0, 0, 0, 0, 0, 0]);
+  const mixed = Buffer.concat(uuids.flatMap((u) => [extra, text(u), lengthField(1, u)]));
+  assert.deepEqual(batchUuidsResponse(mixed).map((u) => [...u]), uuids.map((u) => [...u]));
+  assert.deepEqual(batchUuidsResponse(Buffer.alloc(0)), []);
+  // Read as they are, whatever their length: the client checks for 16.
+  assert.deepEqual(batchUuidsResponse(Buffer.concat([lengthField(1, Buffer.alloc(0)), lengthField(1, Buffer.alloc(300, 7))])).map((u) => u.length), [0, 300]);
+
+  const one = uuidBytes(3);
+  assert.deepEqual([...nextUuidResponse(Buffer.concat([lengthField(1, one), text(one)]))], [...one]);
+  assert.deepEqual([...nextUuidResponse(Buffer.concat([text(one), extra, lengthField(1, one)]))], [...one]);
+  // The last value of a field that is not repeated wins, as protobuf reads it.
+  assert.deepEqual([...nextUuidResponse(Buffer.concat([lengthField(1, uuidBytes(4)), lengthField(1, one)]))], [...one]);
+  assert.equal(nextUuidResponse(Buffer.alloc(0)).length, 0);
+  assert.equal(nextUuidResponse(text(one)).length, 0);
+});
+
+test('broken UUID answers are refused', () => {
+  const broken = [
+    [0x0a, 0x10, ...Array(8).fill(0)], // 16 bytes announced, 8 there
+    [0x0a], // no length
+    [0x0a, 0x80], // a length that does not end
+    [0x09, ...Array(8).fill(0)], // field 1 as a fixed64, not bytes
+    [0x08, 0x01], // field 1 as a varint
+    [0x0d, 1, 2, 3, 4], // field 1 as a fixed32
+    [0x12, 0x05, 0x61], // a text that runs past the message
+    [0x0b], // a group
+    [0x4d, 1, 2], // a fixed32 that runs past the message
+  ];
+  for (const bytes of broken) {
+    assert.throws(() => batchUuidsResponse(Buffer.from(bytes)), WireError, JSON.stringify(bytes));
+    assert.throws(() => nextUuidResponse(Buffer.from(bytes)), WireError, JSON.stringify(bytes));
   }
 });

@@ -265,8 +265,13 @@ type DecodeRequest struct {
 	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
 	// `id` is an opaque value (of key version `key_version`, which it needs: a value alone
 	// does not say which key made it), revealed before decoding.
-	Opaque        bool    `protobuf:"varint,5,opt,name=opaque,proto3" json:"opaque,omitempty"`
-	KeyVersion    *uint32 `protobuf:"varint,6,opt,name=key_version,json=keyVersion,proto3,oneof" json:"key_version,omitempty"`
+	Opaque     bool    `protobuf:"varint,5,opt,name=opaque,proto3" json:"opaque,omitempty"`
+	KeyVersion *uint32 `protobuf:"varint,6,opt,name=key_version,json=keyVersion,proto3,oneof" json:"key_version,omitempty"`
+	// A UUIDv7 that snowmint minted, decoded in place of `id`: its 16 bytes, or
+	// `uuid_text`, its text form (8-4-4-4-12 hex digits, either case). A UUID snowmint did not
+	// mint is INVALID_ARGUMENT, with the reason.
+	Uuid          []byte `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	UuidText      string `protobuf:"bytes,8,opt,name=uuid_text,json=uuidText,proto3" json:"uuid_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +348,20 @@ func (x *DecodeRequest) GetKeyVersion() uint32 {
 	return 0
 }
 
+func (x *DecodeRequest) GetUuid() []byte {
+	if x != nil {
+		return x.Uuid
+	}
+	return nil
+}
+
+func (x *DecodeRequest) GetUuidText() string {
+	if x != nil {
+		return x.UuidText
+	}
+	return ""
+}
+
 type DecodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"fixed64,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -355,7 +374,10 @@ type DecodeResponse struct {
 	// The layout used to decode.
 	Layout string `protobuf:"bytes,6,opt,name=layout,proto3" json:"layout,omitempty"`
 	// With `provenance`: the record of the holder that minted the ID.
-	Provenance    *Provenance `protobuf:"bytes,7,opt,name=provenance,proto3" json:"provenance,omitempty"`
+	Provenance *Provenance `protobuf:"bytes,7,opt,name=provenance,proto3" json:"provenance,omitempty"`
+	// When a UUID was decoded: its text form; `id` is the ID it was made from, and `unix_ms`
+	// its 48-bit time field.
+	UuidText      string `protobuf:"bytes,8,opt,name=uuid_text,json=uuidText,proto3" json:"uuid_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +459,13 @@ func (x *DecodeResponse) GetProvenance() *Provenance {
 		return x.Provenance
 	}
 	return nil
+}
+
+func (x *DecodeResponse) GetUuidText() string {
+	if x != nil {
+		return x.UuidText
+	}
+	return ""
 }
 
 // Which holder of a worker slot minted an ID: the one history record whose minting window
@@ -718,6 +747,195 @@ func (x *RevealResponse) GetKeyVersion() uint32 {
 	return 0
 }
 
+type NextUuidRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextUuidRequest) Reset() {
+	*x = NextUuidRequest{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextUuidRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextUuidRequest) ProtoMessage() {}
+
+func (x *NextUuidRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextUuidRequest.ProtoReflect.Descriptor instead.
+func (*NextUuidRequest) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{9}
+}
+
+type NextUuidResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The UUID's 16 bytes, most significant first (base64 in JSON).
+	Uuid []byte `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// Its canonical text form: lowercase hex digits in groups of 8-4-4-4-12.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextUuidResponse) Reset() {
+	*x = NextUuidResponse{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextUuidResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextUuidResponse) ProtoMessage() {}
+
+func (x *NextUuidResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextUuidResponse.ProtoReflect.Descriptor instead.
+func (*NextUuidResponse) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NextUuidResponse) GetUuid() []byte {
+	if x != nil {
+		return x.Uuid
+	}
+	return nil
+}
+
+func (x *NextUuidResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type BatchUuidsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many UUIDs to mint: 1 up to the server's maximum batch, as for BatchIds.
+	Count         uint32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchUuidsRequest) Reset() {
+	*x = BatchUuidsRequest{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchUuidsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchUuidsRequest) ProtoMessage() {}
+
+func (x *BatchUuidsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchUuidsRequest.ProtoReflect.Descriptor instead.
+func (*BatchUuidsRequest) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BatchUuidsRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type BatchUuidsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The UUIDs' 16 bytes each, strictly increasing.
+	Uuids [][]byte `protobuf:"bytes,1,rep,name=uuids,proto3" json:"uuids,omitempty"`
+	// The text form of each of `uuids`, in the same order.
+	Texts         []string `protobuf:"bytes,2,rep,name=texts,proto3" json:"texts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchUuidsResponse) Reset() {
+	*x = BatchUuidsResponse{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchUuidsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchUuidsResponse) ProtoMessage() {}
+
+func (x *BatchUuidsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchUuidsResponse.ProtoReflect.Descriptor instead.
+func (*BatchUuidsResponse) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BatchUuidsResponse) GetUuids() [][]byte {
+	if x != nil {
+		return x.Uuids
+	}
+	return nil
+}
+
+func (x *BatchUuidsResponse) GetTexts() []string {
+	if x != nil {
+		return x.Texts
+	}
+	return nil
+}
+
 var File_snowmint_v1_snowmint_proto protoreflect.FileDescriptor
 
 const file_snowmint_v1_snowmint_proto_rawDesc = "" +
@@ -737,7 +955,7 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\x06R\x03ids\x12\x14\n" +
 	"\x05texts\x18\x02 \x03(\tR\x05texts\x12\x1f\n" +
 	"\vkey_version\x18\x03 \x01(\rR\n" +
-	"keyVersion\"\xb9\x01\n" +
+	"keyVersion\"\xea\x01\n" +
 	"\rDecodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1e\n" +
@@ -747,8 +965,10 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12\x16\n" +
 	"\x06opaque\x18\x05 \x01(\bR\x06opaque\x12$\n" +
 	"\vkey_version\x18\x06 \x01(\rH\x00R\n" +
-	"keyVersion\x88\x01\x01B\x0e\n" +
-	"\f_key_version\"\xd7\x01\n" +
+	"keyVersion\x88\x01\x01\x12\x12\n" +
+	"\x04uuid\x18\a \x01(\fR\x04uuid\x12\x1b\n" +
+	"\tuuid_text\x18\b \x01(\tR\buuidTextB\x0e\n" +
+	"\f_key_version\"\xf4\x01\n" +
 	"\x0eDecodeResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x17\n" +
 	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x1b\n" +
@@ -758,7 +978,8 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x06layout\x18\x06 \x01(\tR\x06layout\x127\n" +
 	"\n" +
 	"provenance\x18\a \x01(\v2\x17.snowmint.v1.ProvenanceR\n" +
-	"provenance\"\x94\x03\n" +
+	"provenance\x12\x1b\n" +
+	"\tuuid_text\x18\b \x01(\tR\buuidText\"\x94\x03\n" +
 	"\n" +
 	"Provenance\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x16\n" +
@@ -786,12 +1007,24 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x0eRevealResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12\x1f\n" +
 	"\vkey_version\x18\x02 \x01(\rR\n" +
-	"keyVersion2\x9d\x02\n" +
+	"keyVersion\"\x11\n" +
+	"\x0fNextUuidRequest\":\n" +
+	"\x10NextUuidResponse\x12\x12\n" +
+	"\x04uuid\x18\x01 \x01(\fR\x04uuid\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\")\n" +
+	"\x11BatchUuidsRequest\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\"@\n" +
+	"\x12BatchUuidsResponse\x12\x14\n" +
+	"\x05uuids\x18\x01 \x03(\fR\x05uuids\x12\x14\n" +
+	"\x05texts\x18\x02 \x03(\tR\x05texts2\xb5\x03\n" +
 	"\tIdService\x12A\n" +
 	"\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n" +
 	"\bBatchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12A\n" +
 	"\x06Decode\x12\x1a.snowmint.v1.DecodeRequest\x1a\x1b.snowmint.v1.DecodeResponse\x12A\n" +
-	"\x06Reveal\x12\x1a.snowmint.v1.RevealRequest\x1a\x1b.snowmint.v1.RevealResponseBj\n" +
+	"\x06Reveal\x12\x1a.snowmint.v1.RevealRequest\x1a\x1b.snowmint.v1.RevealResponse\x12G\n" +
+	"\bNextUuid\x12\x1c.snowmint.v1.NextUuidRequest\x1a\x1d.snowmint.v1.NextUuidResponse\x12M\n" +
+	"\n" +
+	"BatchUuids\x12\x1e.snowmint.v1.BatchUuidsRequest\x1a\x1f.snowmint.v1.BatchUuidsResponseBj\n" +
 	"\x0fdev.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3"
 
 var (
@@ -806,33 +1039,41 @@ func file_snowmint_v1_snowmint_proto_rawDescGZIP() []byte {
 	return file_snowmint_v1_snowmint_proto_rawDescData
 }
 
-var file_snowmint_v1_snowmint_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_snowmint_v1_snowmint_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_snowmint_v1_snowmint_proto_goTypes = []any{
-	(*NextIdRequest)(nil),    // 0: snowmint.v1.NextIdRequest
-	(*NextIdResponse)(nil),   // 1: snowmint.v1.NextIdResponse
-	(*BatchIdsRequest)(nil),  // 2: snowmint.v1.BatchIdsRequest
-	(*BatchIdsResponse)(nil), // 3: snowmint.v1.BatchIdsResponse
-	(*DecodeRequest)(nil),    // 4: snowmint.v1.DecodeRequest
-	(*DecodeResponse)(nil),   // 5: snowmint.v1.DecodeResponse
-	(*Provenance)(nil),       // 6: snowmint.v1.Provenance
-	(*RevealRequest)(nil),    // 7: snowmint.v1.RevealRequest
-	(*RevealResponse)(nil),   // 8: snowmint.v1.RevealResponse
+	(*NextIdRequest)(nil),      // 0: snowmint.v1.NextIdRequest
+	(*NextIdResponse)(nil),     // 1: snowmint.v1.NextIdResponse
+	(*BatchIdsRequest)(nil),    // 2: snowmint.v1.BatchIdsRequest
+	(*BatchIdsResponse)(nil),   // 3: snowmint.v1.BatchIdsResponse
+	(*DecodeRequest)(nil),      // 4: snowmint.v1.DecodeRequest
+	(*DecodeResponse)(nil),     // 5: snowmint.v1.DecodeResponse
+	(*Provenance)(nil),         // 6: snowmint.v1.Provenance
+	(*RevealRequest)(nil),      // 7: snowmint.v1.RevealRequest
+	(*RevealResponse)(nil),     // 8: snowmint.v1.RevealResponse
+	(*NextUuidRequest)(nil),    // 9: snowmint.v1.NextUuidRequest
+	(*NextUuidResponse)(nil),   // 10: snowmint.v1.NextUuidResponse
+	(*BatchUuidsRequest)(nil),  // 11: snowmint.v1.BatchUuidsRequest
+	(*BatchUuidsResponse)(nil), // 12: snowmint.v1.BatchUuidsResponse
 }
 var file_snowmint_v1_snowmint_proto_depIdxs = []int32{
-	6, // 0: snowmint.v1.DecodeResponse.provenance:type_name -> snowmint.v1.Provenance
-	0, // 1: snowmint.v1.IdService.NextId:input_type -> snowmint.v1.NextIdRequest
-	2, // 2: snowmint.v1.IdService.BatchIds:input_type -> snowmint.v1.BatchIdsRequest
-	4, // 3: snowmint.v1.IdService.Decode:input_type -> snowmint.v1.DecodeRequest
-	7, // 4: snowmint.v1.IdService.Reveal:input_type -> snowmint.v1.RevealRequest
-	1, // 5: snowmint.v1.IdService.NextId:output_type -> snowmint.v1.NextIdResponse
-	3, // 6: snowmint.v1.IdService.BatchIds:output_type -> snowmint.v1.BatchIdsResponse
-	5, // 7: snowmint.v1.IdService.Decode:output_type -> snowmint.v1.DecodeResponse
-	8, // 8: snowmint.v1.IdService.Reveal:output_type -> snowmint.v1.RevealResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	6,  // 0: snowmint.v1.DecodeResponse.provenance:type_name -> snowmint.v1.Provenance
+	0,  // 1: snowmint.v1.IdService.NextId:input_type -> snowmint.v1.NextIdRequest
+	2,  // 2: snowmint.v1.IdService.BatchIds:input_type -> snowmint.v1.BatchIdsRequest
+	4,  // 3: snowmint.v1.IdService.Decode:input_type -> snowmint.v1.DecodeRequest
+	7,  // 4: snowmint.v1.IdService.Reveal:input_type -> snowmint.v1.RevealRequest
+	9,  // 5: snowmint.v1.IdService.NextUuid:input_type -> snowmint.v1.NextUuidRequest
+	11, // 6: snowmint.v1.IdService.BatchUuids:input_type -> snowmint.v1.BatchUuidsRequest
+	1,  // 7: snowmint.v1.IdService.NextId:output_type -> snowmint.v1.NextIdResponse
+	3,  // 8: snowmint.v1.IdService.BatchIds:output_type -> snowmint.v1.BatchIdsResponse
+	5,  // 9: snowmint.v1.IdService.Decode:output_type -> snowmint.v1.DecodeResponse
+	8,  // 10: snowmint.v1.IdService.Reveal:output_type -> snowmint.v1.RevealResponse
+	10, // 11: snowmint.v1.IdService.NextUuid:output_type -> snowmint.v1.NextUuidResponse
+	12, // 12: snowmint.v1.IdService.BatchUuids:output_type -> snowmint.v1.BatchUuidsResponse
+	7,  // [7:13] is the sub-list for method output_type
+	1,  // [1:7] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_snowmint_v1_snowmint_proto_init() }
@@ -848,7 +1089,7 @@ func file_snowmint_v1_snowmint_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_snowmint_v1_snowmint_proto_rawDesc), len(file_snowmint_v1_snowmint_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,17 +22,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IdService_NextId_FullMethodName   = "/snowmint.v1.IdService/NextId"
-	IdService_BatchIds_FullMethodName = "/snowmint.v1.IdService/BatchIds"
-	IdService_Decode_FullMethodName   = "/snowmint.v1.IdService/Decode"
-	IdService_Reveal_FullMethodName   = "/snowmint.v1.IdService/Reveal"
+	IdService_NextId_FullMethodName     = "/snowmint.v1.IdService/NextId"
+	IdService_BatchIds_FullMethodName   = "/snowmint.v1.IdService/BatchIds"
+	IdService_Decode_FullMethodName     = "/snowmint.v1.IdService/Decode"
+	IdService_Reveal_FullMethodName     = "/snowmint.v1.IdService/Reveal"
+	IdService_NextUuid_FullMethodName   = "/snowmint.v1.IdService/NextUuid"
+	IdService_BatchUuids_FullMethodName = "/snowmint.v1.IdService/BatchUuids"
 )
 
 // IdServiceClient is the client API for IdService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Mints unique, roughly time-sorted 64-bit IDs and decodes them.
+// Mints unique, roughly time-sorted 64-bit IDs, and UUIDv7s made from them, and decodes
+// both.
 type IdServiceClient interface {
 	// One new ID.
 	NextId(ctx context.Context, in *NextIdRequest, opts ...grpc.CallOption) (*NextIdResponse, error)
@@ -42,6 +45,11 @@ type IdServiceClient interface {
 	Decode(ctx context.Context, in *DecodeRequest, opts ...grpc.CallOption) (*DecodeResponse, error)
 	// Maps an opaque public ID back to the ID beneath it, with the server's opaque key.
 	Reveal(ctx context.Context, in *RevealRequest, opts ...grpc.CallOption) (*RevealResponse, error)
+	// One new UUIDv7 (RFC 9562), made from one newly minted ID: unique fleet-wide as the ID is,
+	// and above every UUID this instance minted before.
+	NextUuid(ctx context.Context, in *NextUuidRequest, opts ...grpc.CallOption) (*NextUuidResponse, error)
+	// `count` new UUIDv7s, strictly increasing, all minted by this instance.
+	BatchUuids(ctx context.Context, in *BatchUuidsRequest, opts ...grpc.CallOption) (*BatchUuidsResponse, error)
 }
 
 type idServiceClient struct {
@@ -92,11 +100,32 @@ func (c *idServiceClient) Reveal(ctx context.Context, in *RevealRequest, opts ..
 	return out, nil
 }
 
+func (c *idServiceClient) NextUuid(ctx context.Context, in *NextUuidRequest, opts ...grpc.CallOption) (*NextUuidResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NextUuidResponse)
+	err := c.cc.Invoke(ctx, IdService_NextUuid_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idServiceClient) BatchUuids(ctx context.Context, in *BatchUuidsRequest, opts ...grpc.CallOption) (*BatchUuidsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchUuidsResponse)
+	err := c.cc.Invoke(ctx, IdService_BatchUuids_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdServiceServer is the server API for IdService service.
 // All implementations must embed UnimplementedIdServiceServer
 // for forward compatibility.
 //
-// Mints unique, roughly time-sorted 64-bit IDs and decodes them.
+// Mints unique, roughly time-sorted 64-bit IDs, and UUIDv7s made from them, and decodes
+// both.
 type IdServiceServer interface {
 	// One new ID.
 	NextId(context.Context, *NextIdRequest) (*NextIdResponse, error)
@@ -106,6 +135,11 @@ type IdServiceServer interface {
 	Decode(context.Context, *DecodeRequest) (*DecodeResponse, error)
 	// Maps an opaque public ID back to the ID beneath it, with the server's opaque key.
 	Reveal(context.Context, *RevealRequest) (*RevealResponse, error)
+	// One new UUIDv7 (RFC 9562), made from one newly minted ID: unique fleet-wide as the ID is,
+	// and above every UUID this instance minted before.
+	NextUuid(context.Context, *NextUuidRequest) (*NextUuidResponse, error)
+	// `count` new UUIDv7s, strictly increasing, all minted by this instance.
+	BatchUuids(context.Context, *BatchUuidsRequest) (*BatchUuidsResponse, error)
 	mustEmbedUnimplementedIdServiceServer()
 }
 
@@ -127,6 +161,12 @@ func (UnimplementedIdServiceServer) Decode(context.Context, *DecodeRequest) (*De
 }
 func (UnimplementedIdServiceServer) Reveal(context.Context, *RevealRequest) (*RevealResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reveal not implemented")
+}
+func (UnimplementedIdServiceServer) NextUuid(context.Context, *NextUuidRequest) (*NextUuidResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NextUuid not implemented")
+}
+func (UnimplementedIdServiceServer) BatchUuids(context.Context, *BatchUuidsRequest) (*BatchUuidsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchUuids not implemented")
 }
 func (UnimplementedIdServiceServer) mustEmbedUnimplementedIdServiceServer() {}
 func (UnimplementedIdServiceServer) testEmbeddedByValue()                   {}
@@ -221,6 +261,42 @@ func _IdService_Reveal_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdService_NextUuid_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NextUuidRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdServiceServer).NextUuid(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdService_NextUuid_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdServiceServer).NextUuid(ctx, req.(*NextUuidRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdService_BatchUuids_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchUuidsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdServiceServer).BatchUuids(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdService_BatchUuids_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdServiceServer).BatchUuids(ctx, req.(*BatchUuidsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdService_ServiceDesc is the grpc.ServiceDesc for IdService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -243,6 +319,14 @@ var IdService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reveal",
 			Handler:    _IdService_Reveal_Handler,
+		},
+		{
+			MethodName: "NextUuid",
+			Handler:    _IdService_NextUuid_Handler,
+		},
+		{
+			MethodName: "BatchUuids",
+			Handler:    _IdService_BatchUuids_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -6,6 +6,11 @@ contract in clients/README.md: failover to the next endpoint when a server refus
 deadlines, and an optional buffer of prefetched IDs. IDs are plain ``int`` values from 0 to
 2**64 - 1; snowmint's are below 2**63. :func:`decode` splits an ID locally, and
 :class:`OpaqueId` reads and writes the string form of opaque IDs, with no key.
+
+``next_uuid()`` and ``batch_uuids(n)`` mint UUIDv7s (the standard library's
+:class:`uuid.UUID`), each made from one minted ID; :func:`parse_uuid` reads their text form
+strictly, :func:`format_uuid` writes it, and :meth:`Layout.decode_uuid` (or
+:func:`decode_uuid`) reads a UUID back into the ID it was made from.
 """
 
 from ._aio import AsyncClient
@@ -18,8 +23,19 @@ from ._core import (
     SnowmintError,
     UnavailableError,
 )
-from ._layout import DEFAULT_EPOCH_MS, DEFAULT_LAYOUT, Decoded, Layout, NotThisLayoutError, Order, decode
+from ._layout import (
+    DEFAULT_EPOCH_MS,
+    DEFAULT_LAYOUT,
+    Decoded,
+    Layout,
+    NotThisLayoutError,
+    Order,
+    decode,
+    decode_uuid,
+)
 from ._opaque import OpaqueId, OpaqueIdError
+from ._uuid import DecodedUuid, UuidDecodeError, format_uuid, parse_uuid
+from ._wire import WireError
 
 __all__ = [
     "DEFAULT_EPOCH_MS",
@@ -31,6 +47,7 @@ __all__ = [
     "ClientClosedError",
     "DeadlineExceededError",
     "Decoded",
+    "DecodedUuid",
     "Layout",
     "NotThisLayoutError",
     "OpaqueId",
@@ -38,5 +55,10 @@ __all__ = [
     "Order",
     "SnowmintError",
     "UnavailableError",
+    "UuidDecodeError",
+    "WireError",
     "decode",
+    "decode_uuid",
+    "format_uuid",
+    "parse_uuid",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -65,6 +66,16 @@ class AsyncClient:
             c.unary_unary(
                 _wire.BATCH_IDS, request_serializer=_wire.identity, response_deserializer=_wire.batch_ids_response
             )
+            for c in self._channels
+        ]
+        # The UUID calls' answers are read by the calls themselves, so that a malformed one
+        # raises _wire.WireError (grpc would turn a deserializer's error into INTERNAL, or None).
+        self._next_uuid = [
+            c.unary_unary(_wire.NEXT_UUID, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+            for c in self._channels
+        ]
+        self._batch_uuids = [
+            c.unary_unary(_wire.BATCH_UUIDS, request_serializer=_wire.identity, response_deserializer=_wire.identity)
             for c in self._channels
         ]
         self._closed = False
@@ -129,6 +140,30 @@ class AsyncClient:
             return ids
 
         return await self._call(batch, timeout)
+
+    async def next_uuid(self, *, timeout: float | None = None) -> uuid.UUID:
+        """One new UUIDv7, from one NextUuid call (never buffered), made from one newly minted
+        ID and above every UUID that server minted before. Failover, attempts and ``timeout``
+        are those of :meth:`next_id`. An answer whose UUID is not 16 bytes raises
+        :class:`WireError`."""
+        request = _wire.next_uuid_request()
+
+        async def next_uuid(i: int, t: float) -> uuid.UUID:
+            return _wire.next_uuid_response(await self._next_uuid[i](request, timeout=t))
+
+        return await self._call(next_uuid, timeout)
+
+    async def batch_uuids(self, n: int, *, timeout: float | None = None) -> list[uuid.UUID]:
+        """``n`` new UUIDv7s, strictly increasing, from one server in one BatchUuids call
+        (``n`` = 1 too), as :meth:`batch` gets IDs: never buffered; other than n in 1 to the
+        server's maximum batch is INVALID_ARGUMENT, raised as it is. An answer with a UUID that
+        is not 16 bytes raises :class:`WireError`."""
+        request = _wire.batch_uuids_request(n)
+
+        async def batch_uuids(i: int, t: float) -> list[uuid.UUID]:
+            return _wire.batch_uuids_response(await self._batch_uuids[i](request, timeout=t))
+
+        return await self._call(batch_uuids, timeout)
 
     async def close(self) -> None:
         """Ends the client at once: the buffer stops refilling, every call waiting on the

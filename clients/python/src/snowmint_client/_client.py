@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -35,7 +36,8 @@ class Client:
     the ``grpc.RpcError`` it is. When every attempt fails, :class:`UnavailableError` (retriable)
     is raised; when a call's own ``timeout`` passes, :class:`DeadlineExceededError`. With
     ``buffer``, :meth:`next_id` hands out prefetched IDs, refilled by background threads at the
-    rate they are used. Use it as a context manager, or call :meth:`close`.
+    rate they are used. :meth:`next_uuid` and :meth:`batch_uuids` mint UUIDv7s, never buffered.
+    Use it as a context manager, or call :meth:`close`.
 
     ``endpoints`` is a list of ``host:port``, ``http://host:port`` (plain text) or
     ``https://host:port`` (TLS, verified with the default roots, or with ``credentials``, e.g.
@@ -71,6 +73,16 @@ class Client:
             c.unary_unary(
                 _wire.BATCH_IDS, request_serializer=_wire.identity, response_deserializer=_wire.batch_ids_response
             )
+            for c in self._channels
+        ]
+        # The UUID calls' answers are read by the calls themselves, so that a malformed one
+        # raises _wire.WireError (grpc would turn a deserializer's error into INTERNAL, or None).
+        self._next_uuid = [
+            c.unary_unary(_wire.NEXT_UUID, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+            for c in self._channels
+        ]
+        self._batch_uuids = [
+            c.unary_unary(_wire.BATCH_UUIDS, request_serializer=_wire.identity, response_deserializer=_wire.identity)
             for c in self._channels
         ]
         self._closed = False
@@ -120,6 +132,23 @@ class Client:
         (65,536 by default): the server answers INVALID_ARGUMENT otherwise, raised as it is."""
         request = _wire.batch_ids_request(n)
         return self._call(lambda i, t: self._batch_ids[i](request, timeout=t), timeout)
+
+    def next_uuid(self, *, timeout: float | None = None) -> uuid.UUID:
+        """One new UUIDv7, from one NextUuid call (never buffered), made from one newly minted
+        ID and above every UUID that server minted before. Failover, attempts and ``timeout``
+        are those of :meth:`next_id`. An answer whose UUID is not 16 bytes raises
+        :class:`WireError`."""
+        request = _wire.next_uuid_request()
+        return self._call(lambda i, t: _wire.next_uuid_response(self._next_uuid[i](request, timeout=t)), timeout)
+
+    def batch_uuids(self, n: int, *, timeout: float | None = None) -> list[uuid.UUID]:
+        """``n`` new UUIDv7s, strictly increasing, from one server in one BatchUuids call
+        (``n`` = 1 too), as :meth:`batch` gets IDs: never buffered, and ``n`` must be between 1
+        and the server's maximum batch (65,536 by default), else the server's INVALID_ARGUMENT
+        is raised as it is. An answer with a UUID that is not 16 bytes raises
+        :class:`WireError`."""
+        request = _wire.batch_uuids_request(n)
+        return self._call(lambda i, t: _wire.batch_uuids_response(self._batch_uuids[i](request, timeout=t)), timeout)
 
     def close(self) -> None:
         """Ends the client at once: the buffer stops refilling, every call waiting on the

@@ -1,11 +1,14 @@
-"""ID layouts and local decoding: an ID splits into time, worker and sequence with nothing
-but its layout, so no server call is needed."""
+"""ID layouts and local decoding: an ID, or a UUID made from one, splits into time, worker
+and sequence with nothing but its layout, so no server call is needed."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Literal
+
+from ._uuid import DecodedUuid, UuidDecodeError
 
 Order = Literal["worker_sequence", "sequence_worker"]
 """The order of the two fields below the time field: time | worker | sequence (snowmint,
@@ -55,6 +58,48 @@ class Layout:
             known = ", ".join(["snowmint", *_PRESETS])
             raise ValueError(f"unknown layout {name!r}; known layouts: {known}") from None
 
+    def _check(self) -> None:
+        if self.time_bits + self.worker_bits + self.sequence_bits > 64 or self.time_bits < 1 or self.tick_ms < 1:
+            raise ValueError(f"invalid layout {self}")
+
+    def decode_uuid(self, u: uuid.UUID) -> DecodedUuid:
+        """What the snowmint UUIDv7 ``u`` carries, when it could have been minted with this
+        layout: the ID it was made from, its time, slot, sequence and random bits. Checks, in
+        this order, and raises :class:`UuidDecodeError` with the ``kind`` named: version 7
+        (``version``), the variant 0b10 (``variant``), a slot and a sequence that fit the
+        layout's fields (``fields``), a time that is the start of one of the layout's ticks,
+        within its range (``tick``)."""
+        self._check()
+        value = u.int
+        version = value >> 76 & 0xF
+        if version != 7:
+            raise UuidDecodeError("version", f"{u} is not a UUIDv7: its version is {version}")
+        variant = value >> 62 & 0b11
+        if variant != 0b10:
+            raise UuidDecodeError("variant", f"{u} is not an RFC 9562 UUID: its variant bits are {variant:#04b}")
+        unix_ms = value >> 80
+        minted = (value >> 64 & 0xFFF) << 30 | (value >> 32 & _mask(30))
+        slot, sequence = minted >> 22, minted & _mask(22)
+        if slot > _mask(self.worker_bits) or sequence > _mask(self.sequence_bits):
+            raise UuidDecodeError(
+                "fields",
+                f"{u} was not minted with layout {self.name!r}: its slot {slot} or sequence {sequence} "
+                "does not fit the layout's fields",
+            )
+        since, off_tick = divmod(unix_ms - self.epoch_ms, self.tick_ms)
+        if unix_ms < self.epoch_ms or off_tick or since > _mask(self.time_bits):
+            raise UuidDecodeError(
+                "tick",
+                f"{u} was not minted with layout {self.name!r}: its time {unix_ms} is not the start "
+                "of one of the layout's ticks",
+            )
+        low = self.worker_bits + self.sequence_bits
+        if self.order == "worker_sequence":
+            id = since << low | slot << self.sequence_bits | sequence
+        else:
+            id = since << low | sequence << self.worker_bits | slot
+        return DecodedUuid(id=id, unix_ms=unix_ms, slot=slot, sequence=sequence, random=value & _mask(32))
+
 
 _PRESETS = {
     "twitter": Layout("twitter", 1_288_834_974_657, 1, 41, 10, 12),
@@ -101,9 +146,8 @@ def _mask(bits: int) -> int:
 def decode(id: int, layout: Layout = DEFAULT_LAYOUT) -> Decoded:
     """Splits ``id`` into its fields with ``layout``, the same way the server's Decode call
     does. Raises :class:`NotThisLayoutError` for an ID with bits above the layout's fields."""
+    layout._check()
     total = layout.time_bits + layout.worker_bits + layout.sequence_bits
-    if total > 64 or layout.time_bits < 1 or layout.tick_ms < 1:
-        raise ValueError(f"invalid layout {layout}")
     if not 0 <= id < 1 << 64:
         raise ValueError(f"{id} is not an unsigned 64-bit ID")
     if id >> total:
@@ -121,3 +165,8 @@ def decode(id: int, layout: Layout = DEFAULT_LAYOUT) -> Decoded:
         worker_id=id >> worker_shift & _mask(layout.worker_bits),
         sequence=id >> sequence_shift & _mask(layout.sequence_bits),
     )
+
+
+def decode_uuid(u: uuid.UUID, layout: Layout = DEFAULT_LAYOUT) -> DecodedUuid:
+    """:meth:`Layout.decode_uuid` with ``layout``, snowmint's default layout unless given."""
+    return layout.decode_uuid(u)

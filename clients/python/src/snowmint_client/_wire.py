@@ -1,4 +1,4 @@
-"""The two calls the clients make, on the wire: the method paths of proto/snowmint/v1/
+"""The calls the clients make, on the wire: the method paths of proto/snowmint/v1/
 snowmint.proto and their messages in the protobuf encoding, written and read here directly.
 No protobuf runtime is needed, so the package pins no protobuf version against the
 application's own: only the fields below are used, and tests/test_wire.py checks their numbers
@@ -6,22 +6,33 @@ and types against the proto file.
 
     NextIdRequest {}                      NextIdResponse { fixed64 id = 1; }
     BatchIdsRequest { uint32 count = 1; } BatchIdsResponse { repeated fixed64 ids = 1; }
+    NextUuidRequest {}                    NextUuidResponse { bytes uuid = 1; string text = 2; }
+    BatchUuidsRequest { uint32 count = 1; }
+                                          BatchUuidsResponse { repeated bytes uuids = 1;
+                                                               repeated string texts = 2; }
 
-Any other field of an answer (a newer server's) is skipped, as protobuf readers do.
+The UUIDs are read from their bytes alone (each must be 16); the texts are skipped. Any other
+field of an answer (a newer server's) is skipped, as protobuf readers do.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
+
+from ._core import SnowmintError
 
 NEXT_ID = "/snowmint.v1.IdService/NextId"
 BATCH_IDS = "/snowmint.v1.IdService/BatchIds"
+NEXT_UUID = "/snowmint.v1.IdService/NextUuid"
+BATCH_UUIDS = "/snowmint.v1.IdService/BatchUuids"
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
-class WireError(ValueError):
-    """An answer that is not the message it should be."""
+class WireError(SnowmintError, ValueError):
+    """A server's answer that is not the message it should be: protobuf that does not parse,
+    or a UUID that is not 16 bytes. Raised as it is, not failed over."""
 
 
 def next_id_request() -> bytes:
@@ -99,6 +110,61 @@ def next_id_response(data: bytes) -> int:
 def batch_ids_response(data: bytes) -> list[int]:
     """BatchIdsResponse's ids."""
     return _fixed64s(data)
+
+
+def next_uuid_request() -> bytes:
+    """NextUuidRequest {}: no fields, so no bytes."""
+    return b""
+
+
+def batch_uuids_request(count: int) -> bytes:
+    """BatchUuidsRequest { count }: encoded as BatchIdsRequest is (field 1, a uint32)."""
+    return batch_ids_request(count)
+
+
+def _length_delimited(data: bytes) -> list[bytes]:
+    """Every value of field 1 (length-delimited: bytes) in order; other fields skipped."""
+    values: list[bytes] = []
+    at, end = 0, len(data)
+    while at < end:
+        key, at = _varint(data, at)
+        field, kind = key >> 3, key & 7
+        if kind == _VARINT:
+            _, at = _varint(data, at)
+        elif kind == _FIXED64:
+            at += 8
+        elif kind == _LENGTH:
+            length, at = _varint(data, at)
+            if at + length > end:
+                raise WireError("a length-delimited field runs past the message")
+            if field == 1:
+                values.append(data[at : at + length])
+            at += length
+        elif kind == _FIXED32:
+            at += 4
+        else:
+            raise WireError(f"wire type {kind} of field {field}")
+    if at != end:
+        raise WireError("a field runs past the message")
+    return values
+
+
+def _uuid(data: bytes) -> uuid.UUID:
+    if len(data) != 16:
+        raise WireError(f"a UUID of {len(data)} bytes, not 16")
+    return uuid.UUID(bytes=data)
+
+
+def next_uuid_response(data: bytes) -> uuid.UUID:
+    """NextUuidResponse's uuid (a repeated one's last value wins, as protobuf reads it). Raises
+    :class:`WireError` unless it is 16 bytes: absent, it is empty."""
+    values = _length_delimited(data)
+    return _uuid(values[-1] if values else b"")
+
+
+def batch_uuids_response(data: bytes) -> list[uuid.UUID]:
+    """BatchUuidsResponse's uuids. Raises :class:`WireError` unless each is 16 bytes."""
+    return [_uuid(value) for value in _length_delimited(data)]
 
 
 def identity(data: bytes) -> bytes:

@@ -1,10 +1,15 @@
 package dev.snowmint.client;
 
+import com.google.protobuf.ByteString;
 import dev.snowmint.v1.BatchIdsRequest;
 import dev.snowmint.v1.BatchIdsResponse;
+import dev.snowmint.v1.BatchUuidsRequest;
+import dev.snowmint.v1.BatchUuidsResponse;
 import dev.snowmint.v1.IdServiceGrpc;
 import dev.snowmint.v1.NextIdRequest;
 import dev.snowmint.v1.NextIdResponse;
+import dev.snowmint.v1.NextUuidRequest;
+import dev.snowmint.v1.NextUuidResponse;
 import io.grpc.ChannelCredentials;
 import io.grpc.ConnectivityState;
 import io.grpc.Grpc;
@@ -14,9 +19,13 @@ import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.StreamObserver;
 import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
+import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -44,8 +53,13 @@ final class EndpointPool {
     private static final long FIRST_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(10);
     private static final long MAX_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(320);
     private static final long RECONNECT_NANOS = TimeUnit.MILLISECONDS.toNanos(500);
-    /** The count that stands for a {@code NextId} call. */
-    private static final int NEXT_ID = -1;
+    /**
+     * The largest response accepted: a {@code BatchUuids} of the most a server's
+     * {@code --max-batch} allows (1,048,576) takes about 56 bytes a UUID (its bytes and its
+     * text), some 59 MB, beyond grpc-java's default of 4 MiB (which a batch of about 75,000
+     * UUIDs would pass).
+     */
+    private static final int MAX_RESPONSE_BYTES = 64 << 20;
 
     /** One endpoint: its address as given, its channel, and when its backoff was last reset. */
     private record Endpoint(String address, ManagedChannel channel, IdServiceGrpc.IdServiceStub stub, AtomicLong reset) {
@@ -109,7 +123,9 @@ final class EndpointPool {
                     + "\": expected host:port, http://host:port or https://host:port");
         }
         host = host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host;
-        return Grpc.newChannelBuilderForAddress(host, Integer.parseInt(port), credentials).build();
+        return Grpc.newChannelBuilderForAddress(host, Integer.parseInt(port), credentials)
+                .maxInboundMessageSize(MAX_RESPONSE_BYTES)
+                .build();
     }
 
     /** The longest a call without a deadline of its own may take: every attempt's timeout. */
@@ -122,11 +138,15 @@ final class EndpointPool {
         return k < n || k == 0 ? 0 : Math.min(FIRST_BACKOFF_NANOS << Math.min(k - n, 5), MAX_BACKOFF_NANOS);
     }
 
+    /** One RPC on one endpoint's stub, which already carries the attempt's deadline. */
+    @FunctionalInterface
+    private interface Call<T> {
+        CompletableFuture<T> on(IdServiceGrpc.IdServiceStub stub);
+    }
+
     /** One {@code NextId} call, failing over; see {@link #fetch(int, long)}. */
     CompletableFuture<long[]> nextId(long deadline) {
-        CompletableFuture<long[]> result = new CompletableFuture<>();
-        attempt(NEXT_ID, 0, deadline, result);
-        return result;
+        return failingOver(EndpointPool::nextIdCall, deadline);
     }
 
     /**
@@ -136,13 +156,27 @@ final class EndpointPool {
      * further attempts.
      */
     CompletableFuture<long[]> fetch(int count, long deadline) {
-        CompletableFuture<long[]> result = new CompletableFuture<>();
-        attempt(count, 0, deadline, result);
+        return failingOver(stub -> batchIdsCall(stub, count), deadline);
+    }
+
+    /** One {@code NextUuid} call, failing over as {@link #fetch(int, long)} does. */
+    CompletableFuture<UUID> nextUuid(long deadline) {
+        return failingOver(EndpointPool::nextUuidCall, deadline);
+    }
+
+    /** One {@code BatchUuids} call of {@code count}, failing over as {@link #fetch(int, long)} does. */
+    CompletableFuture<List<UUID>> fetchUuids(int count, long deadline) {
+        return failingOver(stub -> batchUuidsCall(stub, count), deadline);
+    }
+
+    private <T> CompletableFuture<T> failingOver(Call<T> call, long deadline) {
+        CompletableFuture<T> result = new CompletableFuture<>();
+        attempt(call, 0, deadline, result);
         return result;
     }
 
-    /** Attempt {@code attempt} of a call: {@code BatchIds} of {@code count}, or {@code NextId} for {@link #NEXT_ID}. */
-    private void attempt(int count, int attempt, long deadline, CompletableFuture<long[]> result) {
+    /** Attempt {@code attempt} (from 0) of {@code call}. */
+    private <T> void attempt(Call<T> call, int attempt, long deadline, CompletableFuture<T> result) {
         if (result.isDone()) {
             return; // cancelled by the caller
         }
@@ -163,9 +197,9 @@ final class EndpointPool {
         int index = current.get();
         Endpoint endpoint = endpoints.get(index);
         endpoint.reconnectIfFailed();
-        call(endpoint, count, attemptNanos).whenComplete((ids, error) -> {
+        call.on(endpoint.stub().withDeadlineAfter(attemptNanos, TimeUnit.NANOSECONDS)).whenComplete((value, error) -> {
             if (error == null) {
-                result.complete(ids);
+                result.complete(value);
                 return;
             }
             if (closed) {
@@ -200,12 +234,12 @@ final class EndpointPool {
             }
             long pause = pauseBeforeNanos(next, endpoints.size());
             if (pause == 0) {
-                attempt(count, next, deadline, result);
+                attempt(call, next, deadline, result);
             } else if (deadline != NO_DEADLINE && System.nanoTime() + pause - deadline >= 0) {
                 // The pause would reach the caller's deadline: the call ends there.
                 Timers.after(deadline - System.nanoTime(), () -> result.completeExceptionally(deadlinePassed()));
             } else {
-                Timers.after(pause, () -> attempt(count, next, deadline, result));
+                Timers.after(pause, () -> attempt(call, next, deadline, result));
             }
         });
     }
@@ -219,21 +253,19 @@ final class EndpointPool {
         return new IllegalStateException("the snowmint client is closed");
     }
 
-    private CompletableFuture<long[]> call(Endpoint endpoint, int count, long timeoutNanos) {
-        IdServiceGrpc.IdServiceStub stub = endpoint.stub().withDeadlineAfter(timeoutNanos, TimeUnit.NANOSECONDS);
-        if (count == NEXT_ID) {
-            Unary<NextIdResponse> response = new Unary<>();
-            stub.nextId(NextIdRequest.getDefaultInstance(), response);
-            return response.thenApply(r -> new long[] {r.getId()});
-        }
+    private static CompletableFuture<long[]> nextIdCall(IdServiceGrpc.IdServiceStub stub) {
+        Unary<NextIdResponse> response = new Unary<>();
+        stub.nextId(NextIdRequest.getDefaultInstance(), response);
+        return response.thenApply(r -> new long[] {r.getId()});
+    }
+
+    private static CompletableFuture<long[]> batchIdsCall(IdServiceGrpc.IdServiceStub stub, int count) {
         Unary<BatchIdsResponse> response = new Unary<>();
         stub.batchIds(BatchIdsRequest.newBuilder().setCount(count).build(), response);
         return response.thenApply(r -> {
             if (r.getIdsCount() != count) {
                 // Callers are promised one ID each: a short reply must fail them, not strand them.
-                throw Status.INTERNAL
-                        .withDescription("asked for " + count + " IDs, got " + r.getIdsCount())
-                        .asRuntimeException();
+                throw malformed("asked for " + count + " IDs, got " + r.getIdsCount());
             }
             long[] ids = new long[count];
             for (int i = 0; i < count; i++) {
@@ -241,6 +273,44 @@ final class EndpointPool {
             }
             return ids;
         });
+    }
+
+    private static CompletableFuture<UUID> nextUuidCall(IdServiceGrpc.IdServiceStub stub) {
+        Unary<NextUuidResponse> response = new Unary<>();
+        stub.nextUuid(NextUuidRequest.getDefaultInstance(), response);
+        return response.thenApply(r -> uuidOf(r.getUuid()));
+    }
+
+    private static CompletableFuture<List<UUID>> batchUuidsCall(IdServiceGrpc.IdServiceStub stub, int count) {
+        Unary<BatchUuidsResponse> response = new Unary<>();
+        stub.batchUuids(BatchUuidsRequest.newBuilder().setCount(count).build(), response);
+        return response.thenApply(r -> {
+            if (r.getUuidsCount() != count) {
+                throw malformed("asked for " + count + " UUIDs, got " + r.getUuidsCount());
+            }
+            UUID[] uuids = new UUID[count];
+            for (int i = 0; i < count; i++) {
+                uuids[i] = uuidOf(r.getUuids(i));
+            }
+            return Collections.unmodifiableList(Arrays.asList(uuids));
+        });
+    }
+
+    /** The UUID of a response's 16 bytes; any other length is a malformed answer. */
+    private static UUID uuidOf(ByteString bytes) {
+        if (bytes.size() != Uuids.BYTES) {
+            throw malformed("a UUID of " + bytes.size() + " bytes, not " + Uuids.BYTES);
+        }
+        ByteBuffer buffer = bytes.asReadOnlyByteBuffer(); // big-endian: most significant first
+        return new UUID(buffer.getLong(), buffer.getLong());
+    }
+
+    /**
+     * A response the client cannot use: the call fails with {@code INTERNAL} (a
+     * {@link SnowmintRejectedException}, not tried elsewhere), as a server's error would.
+     */
+    private static RuntimeException malformed(String what) {
+        return Status.INTERNAL.withDescription("malformed response: " + what).asRuntimeException();
     }
 
     /**

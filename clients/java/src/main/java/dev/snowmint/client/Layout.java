@@ -5,6 +5,7 @@ import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
 import java.util.List;
 import java.util.Objects;
+import java.util.UUID;
 
 /**
  * The bit layout of an ID: the epoch, the tick length, the widths of the time, worker and
@@ -15,6 +16,9 @@ import java.util.Objects;
  * Bits above the three fields must be zero, so for snowmint's layouts (63 bits) the sign bit is
  * always clear. Layouts of other systems may use all 64 bits (Discord's does): their IDs above
  * {@link Long#MAX_VALUE} arrive here as negative {@code long}s and are read as unsigned.
+ *
+ * <p>The same layout reads snowmint's UUIDv7s ({@link #decodeUuid(UUID)}): each is made from
+ * one ID, whose time, worker slot and sequence it carries.
  *
  * @param name         {@code snowmint} for snowmint's own layouts, or a preset's name
  * @param epochMs      Unix milliseconds at which tick 0 starts
@@ -40,6 +44,9 @@ public record Layout(
 
     /** The names {@link #named(String)} accepts. */
     public static final List<String> NAMES = List.of("snowmint", "twitter", "discord", "instagram", "sonyflake");
+
+    /** The width of the sequence in a UUID's 42-bit minted field; the slot has the other 20. */
+    private static final int UUID_SEQUENCE_BITS = 22;
 
     private static final DateTimeFormatter RFC3339_MS =
             DateTimeFormatter.ofPattern("uuuu-MM-dd'T'HH:mm:ss.SSSX").withZone(ZoneOffset.UTC);
@@ -122,6 +129,66 @@ public record Layout(
         // overflow would be a layout error, so it is reported rather than wrapped.
         long unixMs = Math.addExact(epochMs, Math.multiplyExact(tick, tickMs));
         return new DecodedId(id, unixMs, tick, worker, sequence, this);
+    }
+
+    /**
+     * What a snowmint UUIDv7 carries, when snowmint could have minted it with this layout: the
+     * ID it was made from, its time, slot, sequence and random tail. Needs no server, and reads
+     * as the server's {@code Decode} does. Checked in this order (bit 127 is the most
+     * significant bit of {@link UUID#getMostSignificantBits()}):
+     * <ol>
+     *   <li>the version, bits 79 to 76, is 7 (else {@link InvalidUuidException.Kind#VERSION});
+     *   <li>the variant, bits 63 and 62, is {@code 0b10} ({@link InvalidUuidException.Kind#VARIANT});
+     *   <li>the 42-bit minted field, bits 75 to 64 then 61 to 32, holds the slot in its top 20
+     *       bits and the sequence in its low 22: they must fit this layout's worker and
+     *       sequence fields ({@link InvalidUuidException.Kind#FIELDS});
+     *   <li>the time, bits 127 to 80 (Unix milliseconds), is the start of one of this layout's
+     *       ticks: not before its epoch, a whole number of ticks after it, and not past its
+     *       last tick ({@link InvalidUuidException.Kind#TICK}).
+     * </ol>
+     * The ID is then the tick, slot and sequence packed in this layout's order; the random
+     * tail is the low 32 bits.
+     *
+     * @throws InvalidUuidException (an {@link IllegalArgumentException}) when snowmint could
+     *     not have minted {@code uuid} with this layout; {@link InvalidUuidException#kind()} says why
+     */
+    public DecodedUuid decodeUuid(UUID uuid) {
+        long most = uuid.getMostSignificantBits();
+        long least = uuid.getLeastSignificantBits();
+        int version = (int) (most >>> 12) & 0xf;
+        if (version != 7) {
+            throw new InvalidUuidException(InvalidUuidException.Kind.VERSION,
+                    uuid + " is not a UUIDv7: its version is " + version);
+        }
+        int variant = (int) (least >>> 62);
+        if (variant != 0b10) {
+            throw new InvalidUuidException(InvalidUuidException.Kind.VARIANT, uuid
+                    + " is not an RFC 9562 UUID: its variant bits are 0b" + (variant >> 1) + (variant & 1) + ", not 0b10");
+        }
+        long unixMs = most >>> 16;
+        long minted = (most & 0xfff) << 30 | (least >>> 32) & ((1L << 30) - 1);
+        long slot = minted >>> UUID_SEQUENCE_BITS;
+        long sequence = minted & ((1L << UUID_SEQUENCE_BITS) - 1);
+        if (slot > mask(workerBits) || sequence > mask(sequenceBits)) {
+            throw new InvalidUuidException(InvalidUuidException.Kind.FIELDS, String.format(
+                    "%s was not minted by snowmint with layout %s: its slot %d or sequence %d does not fit the "
+                            + "layout's %d worker and %d sequence bits",
+                    uuid, name, slot, sequence, workerBits, sequenceBits));
+        }
+        // unixMs is below 2^48, so only an epoch near Long.MIN_VALUE could overflow: refused too.
+        long since = unixMs - epochMs;
+        if (unixMs < epochMs || since < 0 || since % tickMs != 0
+                || Long.compareUnsigned(since / tickMs, mask(timeBits)) > 0) {
+            throw new InvalidUuidException(InvalidUuidException.Kind.TICK, String.format(
+                    "%s was not minted by snowmint with layout %s: its time %d is not the start of one of the "
+                            + "layout's ticks", uuid, name, unixMs));
+        }
+        long tick = since / tickMs;
+        int workerShift = order == Order.WORKER_SEQUENCE ? sequenceBits : 0;
+        int sequenceShift = order == Order.WORKER_SEQUENCE ? 0 : workerBits;
+        // timeBits is at least 1, so the shift is at most 63.
+        long id = tick << (workerBits + sequenceBits) | slot << workerShift | sequence << sequenceShift;
+        return new DecodedUuid(uuid, id, unixMs, tick, slot, sequence, least & 0xffff_ffffL, this);
     }
 
     /** Unix milliseconds as RFC 3339 in UTC with milliseconds, as the server's Decode writes it. */

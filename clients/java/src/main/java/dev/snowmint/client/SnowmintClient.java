@@ -4,6 +4,7 @@ import io.grpc.ChannelCredentials;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
+import java.util.UUID;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -17,6 +18,8 @@ import java.util.concurrent.ExecutionException;
  *         .build()) {
  *     long id = client.nextId();
  *     long[] ids = client.batch(100);
+ *     UUID uuid = client.nextUuid();            // a UUIDv7 made from one new ID
+ *     List<UUID> uuids = client.batchUuids(100);
  * }
  * }</pre>
  *
@@ -37,6 +40,12 @@ import java.util.concurrent.ExecutionException;
  * </ul>
  *
  * <p>IDs are positive {@code long}s: snowmint keeps the sign bit clear.
+ *
+ * <p>UUIDs ({@link #nextUuid()}, {@link #batchUuids(int)}) are RFC 9562 UUIDv7s, each made
+ * from one newly minted ID, so unique as the IDs are; they are {@link UUID}s, whose
+ * {@code toString()} is the canonical lower-case text. Their calls fail over as
+ * {@link #batch(int)} does and are never buffered or coalesced. {@link Uuids} reads their
+ * text strictly and orders them; {@link Layout#decodeUuid(UUID)} reads what one carries.
  */
 public final class SnowmintClient implements AutoCloseable {
 
@@ -160,6 +169,86 @@ public final class SnowmintClient implements AutoCloseable {
     }
 
     /**
+     * One UUIDv7, made from one newly minted ID, in one {@code NextUuid} call (never from the
+     * buffer, never shared with other calls); above every UUID its server minted before. It
+     * fails over, and fails, as {@link #batch(int)} does.
+     *
+     * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
+     * @throws SnowmintRejectedException    the server rejected the request, or its answer was
+     *                                      malformed ({@code INTERNAL})
+     * @throws IllegalStateException        the client is closed, or was while the call waited
+     * @throws CancellationException        the thread was interrupted while waiting (its
+     *                                      interrupt flag is set again)
+     */
+    public UUID nextUuid() {
+        return await(nextUuidAsync());
+    }
+
+    /** Like {@link #nextUuid()}, bounded by {@code timeout} as {@link #nextId(Duration)} is. */
+    public UUID nextUuid(Duration timeout) {
+        return await(nextUuidAsync(timeout));
+    }
+
+    /** Like {@link #nextUuid()}, without blocking. Cancelling the future stops further attempts. */
+    public CompletableFuture<UUID> nextUuidAsync() {
+        return uuid(EndpointPool.NO_DEADLINE);
+    }
+
+    /** Like {@link #nextUuid(Duration)}, without blocking. */
+    public CompletableFuture<UUID> nextUuidAsync(Duration timeout) {
+        return uuid(deadline(timeout));
+    }
+
+    private CompletableFuture<UUID> uuid(long deadline) {
+        if (pool.isClosed()) {
+            return CompletableFuture.failedFuture(EndpointPool.closedError());
+        }
+        return pool.nextUuid(deadline);
+    }
+
+    /**
+     * {@code count} UUIDv7s, strictly increasing (as unsigned 128-bit numbers, {@link Uuids#ORDER},
+     * and so as text), from one server in one {@code BatchUuids} call ({@code count} 1 too);
+     * never from the buffer. The list is unmodifiable.
+     *
+     * @param count how many: 1 up to the server's maximum batch (65,536 by default); a count
+     *              the server does not accept fails with {@link SnowmintRejectedException}
+     *              ({@code INVALID_ARGUMENT}), as the server answered
+     * @throws IllegalArgumentException for a negative count, which the wire format cannot carry
+     * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
+     * @throws SnowmintRejectedException    the server rejected the request, or its answer was
+     *                                      malformed ({@code INTERNAL})
+     */
+    public List<UUID> batchUuids(int count) {
+        return await(batchUuidsAsync(count));
+    }
+
+    /** Like {@link #batchUuids(int)}, bounded by {@code timeout} as {@link #nextId(Duration)} is. */
+    public List<UUID> batchUuids(int count, Duration timeout) {
+        return await(batchUuidsAsync(count, timeout));
+    }
+
+    /** Like {@link #batchUuids(int)}, without blocking. Cancelling the future stops further attempts. */
+    public CompletableFuture<List<UUID>> batchUuidsAsync(int count) {
+        return fetchUuids(count, EndpointPool.NO_DEADLINE);
+    }
+
+    /** Like {@link #batchUuids(int, Duration)}, without blocking. */
+    public CompletableFuture<List<UUID>> batchUuidsAsync(int count, Duration timeout) {
+        return fetchUuids(count, deadline(timeout));
+    }
+
+    private CompletableFuture<List<UUID>> fetchUuids(int count, long deadline) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count must not be negative, got " + count);
+        }
+        if (pool.isClosed()) {
+            return CompletableFuture.failedFuture(EndpointPool.closedError());
+        }
+        return pool.fetchUuids(count, deadline);
+    }
+
+    /**
      * Ends the client at once: the buffer stops refilling, every call waiting on the client (on
      * an empty buffer, on a shared call, or in an attempt on a server) fails with
      * {@link IllegalStateException}, the connections close, and every later call fails with it
@@ -193,7 +282,7 @@ public final class SnowmintClient implements AutoCloseable {
             throw new IllegalStateException("unexpected failure", e.getCause());
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new CancellationException("interrupted while waiting for IDs");
+            throw new CancellationException("interrupted while waiting for IDs or UUIDs");
         }
     }
 

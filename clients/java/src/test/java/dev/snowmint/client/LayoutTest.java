@@ -71,7 +71,7 @@ class LayoutTest {
      * The client's own layout for a name of the file: a preset by name, or a snowmint layout
      * built from its widths. Either way it must match the file's definition field by field.
      */
-    private static Layout ours(String name, JsonObject definition) {
+    static Layout ours(String name, JsonObject definition) {
         Layout file = new Layout(name,
                 definition.get("epoch_ms").getAsLong(),
                 definition.get("tick_ms").getAsLong(),
