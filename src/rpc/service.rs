@@ -103,13 +103,6 @@ const ENCODE_CHUNK: usize = 1024;
 /// nanoseconds, its text form most of them).
 const UUID_CHUNK: usize = 8192;
 
-/// The random tails of `count` UUIDs, from the thread's CSPRNG (seeded from the system's
-/// source, and reseeded from it as it goes).
-fn random_tails(count: usize) -> Vec<u32> {
-    let mut rng = rand::rng();
-    (0..count).map(|_| rng.next_u32()).collect()
-}
-
 /// The `IdService` implementation.
 pub struct Service {
     minter: MintHandle,
@@ -234,13 +227,18 @@ impl Service {
         self.can_make_uuids()?;
         self.metrics.batch_size.observe(count as f64);
         let ids = self.minter.batch(count, connection, timeout).await?;
-        let tails = random_tails(ids.len());
         let (mut uuids, mut texts) = (Vec::with_capacity(count), Vec::with_capacity(count));
-        for (ids, tails) in ids.chunks(UUID_CHUNK).zip(tails.chunks(UUID_CHUNK)) {
-            for (&id, &tail) in ids.iter().zip(tails) {
-                let uuid = uuid7::from_id(&self.layout, id, tail);
-                texts.push(uuid7::to_text(uuid));
-                uuids.push(uuid.to_vec());
+        for ids in ids.chunks(UUID_CHUNK) {
+            // The random tails come from the thread's CSPRNG (seeded from the system's
+            // source, and reseeded from it as it goes), taken anew after each yield: the
+            // task may resume on another thread.
+            {
+                let mut rng = rand::rng();
+                for &id in ids {
+                    let uuid = uuid7::from_id(&self.layout, id, rng.next_u32());
+                    texts.push(uuid7::to_text(uuid));
+                    uuids.push(uuid.to_vec());
+                }
             }
             if uuids.len() < count {
                 tokio::task::yield_now().await;
