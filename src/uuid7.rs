@@ -120,8 +120,10 @@ pub fn from_id(layout: &Layout, id: u64, random: u32) -> [u8; 16] {
     value.to_be_bytes()
 }
 
-/// What `uuid` carries, when snowmint could have minted it with `layout`.
-pub fn decode(layout: &Layout, uuid: [u8; 16]) -> Result<Decoded, UuidError> {
+/// The Unix millisecond and the minted bits ([`SLOT_BITS`] of slot above [`SEQUENCE_BITS`] of sequence) of a
+/// UUIDv7, checked for its version and variant only: what makes it unique, read without a
+/// layout.
+pub fn minted_fields(uuid: [u8; 16]) -> Result<(i64, u64), UuidError> {
     let value = u128::from_be_bytes(uuid);
     let version = ((value >> 76) & 0xf) as u8;
     if u128::from(version) != VERSION {
@@ -131,10 +133,16 @@ pub fn decode(layout: &Layout, uuid: [u8; 16]) -> Result<Decoded, UuidError> {
     if u128::from(variant) != VARIANT {
         return Err(UuidError::WrongVariant(variant));
     }
-    let unix_ms = (value >> 80) as i64;
     let minted = (((value >> 64) & 0xfff) << 30) | ((value >> RANDOM_BITS) & ((1 << 30) - 1));
-    let slot = (minted >> SEQUENCE_BITS) as u64;
-    let sequence = (minted & ((1 << SEQUENCE_BITS) - 1)) as u64;
+    Ok(((value >> 80) as i64, minted as u64))
+}
+
+/// What `uuid` carries, when snowmint could have minted it with `layout`.
+pub fn decode(layout: &Layout, uuid: [u8; 16]) -> Result<Decoded, UuidError> {
+    let (unix_ms, minted) = minted_fields(uuid)?;
+    let value = u128::from_be_bytes(uuid);
+    let slot = minted >> SEQUENCE_BITS;
+    let sequence = minted & ((1 << SEQUENCE_BITS) - 1);
     if slot > layout.max_worker() || sequence > layout.max_sequence() {
         return Err(UuidError::FieldsOutOfLayout { layout: layout.name.clone(), slot, sequence });
     }

@@ -519,16 +519,13 @@ fn unix_ms_now() -> i64 {
 /// bytes that are no snowmint UUID, or one of a time outside the span.
 fn uuid_key(bytes: &[u8], base_ms: i64) -> Result<u64, String> {
     let uuid = <[u8; 16]>::try_from(bytes).map_err(|_| format!("a UUID of {} bytes", bytes.len()))?;
-    let value = u128::from_be_bytes(uuid);
-    if (value >> 76) & 0xf != 7 || (value >> 62) & 0b11 != 0b10 {
-        return Err(format!("{} is not a UUIDv7", snowmint::uuid7::to_text(uuid)));
-    }
-    let since = (value >> 80) as i64 - base_ms;
+    let text = || snowmint::uuid7::to_text(uuid);
+    let (unix_ms, minted) = snowmint::uuid7::minted_fields(uuid).map_err(|e| format!("{}: {e}", text()))?;
+    let since = unix_ms - base_ms;
     if !(0..UUID_KEY_SPAN_MS).contains(&since) {
-        return Err(format!("{} is dated more than 35 minutes from this run", snowmint::uuid7::to_text(uuid)));
+        return Err(format!("{} is dated more than 35 minutes from this run", text()));
     }
-    let minted = (((value >> 64) & 0xfff) << 30) | ((value >> 32) & ((1 << 30) - 1));
-    Ok(((since as u64) << 42) | minted as u64)
+    Ok(((since as u64) << 42) | minted)
 }
 
 /// Keeps the keys of `uuids`, or fails the call naming the first that is no snowmint UUID.
