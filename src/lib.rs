@@ -27,6 +27,7 @@
 //! - [`metrics`]: every Prometheus metric.
 //! - [`opaque`]: opaque public IDs, a keyed permutation of the ID space (FF1) and the
 //!   string form that carries the key version. Pure, as the core is.
+//! - [`sequence`]: named sequences' records and the rules of their segments, with no I/O.
 //! - [`uuid7`]: UUIDv7 (RFC 9562) made from minted IDs, and read back. Pure.
 //!
 //! The command line and the load tool are the `snowmint` binary's (`src/main.rs`,
@@ -50,6 +51,7 @@ pub mod node;
 pub mod opaque;
 pub mod proto;
 pub mod rpc;
+pub mod sequence;
 pub mod server;
 #[cfg(test)]
 mod sim;

@@ -13,7 +13,7 @@ const FLOORS: &[&[&str]] = &[
     &["layout", "clock", "clock_memory", "defects", "metrics", "opaque", "proto"],
     &["clock_filter", "generator", "grant", "uuid7"],
     &["store"],
-    &["keeper", "minter", "upkeep"],
+    &["keeper", "minter", "sequence", "upkeep"],
     &["history", "node"],
     &["rpc"],
     &["server", "sim"],
