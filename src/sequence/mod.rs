@@ -6,9 +6,14 @@
 //! their values, with no I/O: the same write-ahead rule as the slot keeper's reservations, so
 //! no value is issued that is not covered by a durable claim, a claim of unknown outcome is
 //! taken at its worst (a gap, never a repeat), and a store gone back stops the sequence.
+//! [`store`] is where records live ([`etcd`] beside the slots, or [`file`] in the state dir).
 
+pub mod etcd;
+pub mod file;
 pub mod record;
 pub mod segments;
+pub mod store;
 
 pub use record::{ClaimId, MAX_NAME_LEN, MAX_VALUE, Record, RecordError, check_name};
 pub use segments::{Answer, Event, Op, SegmentConfig, Segments, SequenceError};
+pub use store::{Created, Listed, SequenceStore};
