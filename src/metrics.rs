@@ -13,7 +13,8 @@ use prometheus::{
 };
 
 /// The RPC methods of the `IdService`, as they appear in the `method` label.
-pub const METHODS: [&str; 6] = ["NextId", "BatchIds", "Decode", "Reveal", "NextUuid", "BatchUuids"];
+pub const METHODS: [&str; 8] =
+    ["NextId", "BatchIds", "Decode", "Reveal", "NextUuid", "BatchUuids", "NextValue", "BatchValues"];
 
 /// The methods that ask the minter for IDs, as they appear in the `method` label of the
 /// minter's queue metrics: the minter sees a `NextUuid` as the one ID it asks for
@@ -98,6 +99,13 @@ pub const COMPACTION_RESULTS: [&str; 3] = [COMPACTED, ALREADY_COMPACTED, RESULT_
 pub const ALARM_NOSPACE: &str = "NOSPACE";
 pub const ALARM_CORRUPT: &str = "CORRUPT";
 
+/// What became of a named sequence's segment: claimed (confirmed this instance's), lost (a
+/// claim of unknown outcome given up: a gap) or given back at a clean close.
+pub const SEGMENT_CLAIMED: &str = "claimed";
+pub const SEGMENT_LOST: &str = "lost";
+pub const SEGMENT_GIVEN_BACK: &str = "given_back";
+pub const SEGMENT_RESULTS: [&str; 3] = [SEGMENT_CLAIMED, SEGMENT_LOST, SEGMENT_GIVEN_BACK];
+
 /// All of snowmint's metrics.
 #[derive(Clone)]
 pub struct Metrics {
@@ -158,6 +166,14 @@ pub struct Metrics {
     /// etcd mode: 1 while etcd has the alarm (`NOSPACE`, `CORRUPT`) raised, as this instance
     /// last saw it.
     pub etcd_alarm: IntGaugeVec,
+    /// Named sequences: values handed to callers, by sequence.
+    pub named_sequence_values: IntCounterVec,
+    /// Named sequences: segments by sequence and [`SEGMENT_RESULTS`].
+    pub named_sequence_segments: IntCounterVec,
+    /// Named sequences: the size of the last segment claimed, by sequence.
+    pub named_sequence_segment_size: IntGaugeVec,
+    /// Named sequences: values left before the sequence's maximum, as last read or written.
+    pub named_sequence_values_left: IntGaugeVec,
     pub build_info: IntGaugeVec,
 }
 
@@ -186,8 +202,11 @@ impl Metrics {
         )
         .unwrap();
         let batch_size = Histogram::with_opts(
-            HistogramOpts::new("snowmint_batch_size", "IDs asked for per BatchIds or BatchUuids call.")
-                .buckets(prometheus::exponential_buckets(1.0, 4.0, 9).unwrap()),
+            HistogramOpts::new(
+                "snowmint_batch_size",
+                "IDs asked for per BatchIds or BatchUuids call, values per BatchValues call.",
+            )
+            .buckets(prometheus::exponential_buckets(1.0, 4.0, 9).unwrap()),
         )
         .unwrap();
         let queue_wait_seconds = HistogramVec::new(
@@ -433,6 +452,32 @@ impl Metrics {
             etcd_compactions,
             etcd_compacted_revision,
             etcd_alarm,
+            named_sequence_values: IntCounterVec::new(
+                Opts::new("snowmint_named_sequence_values_issued_total", "Values of named sequences handed to callers."),
+                &["sequence"],
+            )
+            .unwrap(),
+            named_sequence_segments: IntCounterVec::new(
+                Opts::new(
+                    "snowmint_named_sequence_segments_total",
+                    "Segments of named sequences: claimed, lost (a claim of unknown outcome given up, a gap) or given back at a clean close.",
+                ),
+                &["sequence", "result"],
+            )
+            .unwrap(),
+            named_sequence_segment_size: IntGaugeVec::new(
+                Opts::new("snowmint_named_sequence_segment_size", "Values in the last segment this instance claimed of a named sequence."),
+                &["sequence"],
+            )
+            .unwrap(),
+            named_sequence_values_left: IntGaugeVec::new(
+                Opts::new(
+                    "snowmint_named_sequence_values_left",
+                    "Values a named sequence has left before its maximum, not yet in any segment, as this instance last saw it.",
+                ),
+                &["sequence"],
+            )
+            .unwrap(),
             build_info,
         };
         metrics.register_all();
@@ -482,6 +527,10 @@ impl Metrics {
             Box::new(self.etcd_compactions.clone()),
             Box::new(self.etcd_compacted_revision.clone()),
             Box::new(self.etcd_alarm.clone()),
+            Box::new(self.named_sequence_values.clone()),
+            Box::new(self.named_sequence_segments.clone()),
+            Box::new(self.named_sequence_segment_size.clone()),
+            Box::new(self.named_sequence_values_left.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {

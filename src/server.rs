@@ -32,7 +32,7 @@ use crate::keeper::{self, KeeperConfig, SlotPolicy};
 use crate::layout::{Layout, LayoutError};
 use crate::metrics::Metrics;
 use crate::minter::{MinterConfig, Readiness};
-use crate::node::{self, DriverConfig, KeeperHandle, MinterLinks, StartError};
+use crate::node::{self, DriverConfig, KeeperHandle, MinterLinks, SequencesConfig, SequencesHandle, StartError};
 use crate::opaque::Keyring;
 use crate::proto::id_service_server::IdServiceServer;
 pub use crate::rpc::Limits;
@@ -41,6 +41,9 @@ use crate::rpc::connect::Connect;
 use crate::rpc::direct::Direct;
 use crate::rpc::dispatch::Paths;
 use crate::rpc::{SERVICE_NAME, Service};
+use crate::sequence::SegmentConfig;
+use crate::sequence::etcd::EtcdSequences;
+use crate::sequence::file::FileSequences;
 use crate::store::StoreError;
 use crate::store::alarm::{Alarm, AlarmWatch};
 use crate::store::etcd::{EtcdConfig, EtcdStore};
@@ -118,6 +121,15 @@ pub struct ServeConfig {
     /// The keys of opaque IDs (`--opaque-key-file`, read and checked by the caller); without
     /// them, calls that ask for opaque IDs get `FAILED_PRECONDITION`.
     pub opaque: Option<Arc<Keyring>>,
+    /// Named sequences: their segments' sizes, and whether a call creates a missing one.
+    pub sequences: SequencesSettings,
+}
+
+/// The named sequences' settings of a server.
+#[derive(Debug, Clone, Default)]
+pub struct SequencesSettings {
+    pub segments: SegmentConfig,
+    pub create_on_use: bool,
 }
 
 /// Why the server could not start or run.
@@ -404,6 +416,7 @@ pub async fn run(
         metrics.opaque_key_version.set(i64::from(current));
         tracing::info!(versions = ?keys.versions(), current, "opaque IDs on: made with the current key, revealed with any");
     }
+    let sequences = start_sequences(&config, &metrics, stop_minter.clone()).await?;
     let service = Arc::new(Service::new(
         mint,
         config.layout.clone(),
@@ -411,6 +424,7 @@ pub async fn run(
         metrics.clone(),
         config.opaque.clone(),
         history.as_ref().map(|h| h.book.clone()),
+        sequences.0,
     ));
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
     // HTTP/1.1 as well as HTTP/2, for the Connect protocol: each connection is served as the
@@ -494,6 +508,10 @@ pub async fn run(
         }
     };
     keeper.finish(minted, FINISH_LIMIT).await;
+    // The sequences' task gives back its unused values on the same stop (within its own limit).
+    if tokio::time::timeout(FINISH_LIMIT, sequences.1).await.is_err() {
+        tracing::warn!("the named sequences' task did not stop in time");
+    }
     if let Some(upkeep) = upkeep {
         // Cancelled with the shutdown: it ends at once, whatever call it was in.
         let abort = upkeep.abort_handle();
@@ -512,6 +530,31 @@ pub async fn run(
     admin.map_err(ServeError::Admin)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the named sequences' task over the store beside the slots: etcd's prefix, or the
+/// state dir. It stops with `stop` (after the calls in flight), giving back what it can.
+async fn start_sequences(
+    config: &ServeConfig,
+    metrics: &Metrics,
+    stop: CancellationToken,
+) -> Result<(SequencesHandle, tokio::task::JoinHandle<()>), ServeError> {
+    // What this instance's segment claims are named by: a number drawn at each start, so that
+    // no two instances (nor two runs of one) share it.
+    let settings = SequencesConfig {
+        segments: config.sequences.segments,
+        create_on_use: config.sequences.create_on_use,
+        session: rand::random::<i64>(),
+    };
+    Ok(match &config.slot_source {
+        SlotSource::Standalone(standalone) => {
+            node::spawn_sequences(FileSequences::new(&standalone.state_dir), settings, metrics.clone(), stop)
+        }
+        SlotSource::Etcd(etcd) => {
+            let store = EtcdSequences::connect(etcd).await.map_err(|e| ServeError::Claim(e.to_string()))?;
+            node::spawn_sequences(store, settings, metrics.clone(), stop)
+        }
+    })
 }
 
 /// Mirrors readiness into the gRPC health service (overall and for the ID service).

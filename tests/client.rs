@@ -16,6 +16,7 @@ use snowmint::proto::{
     BatchIdsRequest, BatchIdsResponse, BatchUuidsRequest, BatchUuidsResponse, DecodeRequest, DecodeResponse,
     NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, RevealRequest, RevealResponse,
 };
+use snowmint::proto::{BatchValuesRequest, BatchValuesResponse, NextValueRequest, NextValueResponse};
 use snowmint_client::{BufferConfig, Client, ClientError};
 use tonic::{Code, Request, Response, Status};
 
@@ -90,6 +91,14 @@ impl IdService for Stub {
     }
 
     async fn batch_uuids(&self, _: Request<BatchUuidsRequest>) -> Result<Response<BatchUuidsResponse>, Status> {
+        self.answer().await
+    }
+
+    async fn next_value(&self, _: Request<NextValueRequest>) -> Result<Response<NextValueResponse>, Status> {
+        self.answer().await
+    }
+
+    async fn batch_values(&self, _: Request<BatchValuesRequest>) -> Result<Response<BatchValuesResponse>, Status> {
         self.answer().await
     }
 }

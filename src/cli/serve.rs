@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use snowmint::clock::{Clock, SystemClock};
 use snowmint::layout::{Layout, Slot};
-use snowmint::server::{GrpcTls, Limits, ServeConfig, SlotSource};
+use snowmint::sequence::SegmentConfig;
+use snowmint::server::{GrpcTls, Limits, SequencesSettings, ServeConfig, SlotSource};
 use snowmint::store::etcd::{EtcdConfig, hostname, ordinal_of};
 use snowmint::store::file::StandaloneConfig;
 use snowmint::upkeep::task::{MAX_COMPACTION_INTERVAL, MIN_COMPACTION_INTERVAL};
@@ -140,6 +141,23 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWMINT_FAIR_QUANTUM", default_value_t = snowmint::minter::FAIR_QUANTUM as u64,
           value_parser = clap::value_parser!(u64).range(1..=1 << 22))]
     pub fair_quantum: u64,
+    /// A call for a named sequence that does not exist creates it (from 1, unordered),
+    /// instead of answering NOT_FOUND: a typo then makes a new sequence.
+    #[arg(long, env = "SNOWMINT_CREATE_SEQUENCES_ON_USE")]
+    pub create_sequences_on_use: bool,
+    /// The fewest values one segment of a named sequence takes.
+    #[arg(long, env = "SNOWMINT_SEQUENCE_MIN_SEGMENT", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=snowmint::sequence::MAX_VALUE))]
+    pub sequence_min_segment: u64,
+    /// The most values one segment of a named sequence takes: a crash leaves a gap of up to
+    /// two segments.
+    #[arg(long, env = "SNOWMINT_SEQUENCE_MAX_SEGMENT", default_value_t = 16_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=snowmint::sequence::MAX_VALUE))]
+    pub sequence_max_segment: u64,
+    /// How long a segment of a named sequence should last at the rate it is taken: about one
+    /// store write per sequence per this, within the two sizes.
+    #[arg(long, env = "SNOWMINT_SEQUENCE_SEGMENT_INTERVAL_MS", default_value = "3000", value_parser = parse_ms)]
+    pub sequence_segment_interval_ms: Duration,
     /// While the wall clock is behind the minting time (a step back, a restart above a
     /// saved reservation), minting goes on ahead of it by at most this many ms, and refuses
     /// beyond; 0 keeps IDs' time never ahead of the clock (the strict policy).
@@ -308,6 +326,15 @@ impl ServeArgs {
                 self.max_outstanding_ids, self.max_batch
             ));
         }
+        if self.sequence_min_segment > self.sequence_max_segment {
+            return Err(format!(
+                "--sequence-min-segment {} is more than --sequence-max-segment {}",
+                self.sequence_min_segment, self.sequence_max_segment
+            ));
+        }
+        if self.sequence_segment_interval_ms.is_zero() {
+            return Err("--sequence-segment-interval-ms must be at least 1".into());
+        }
         let max_connections_per_peer = self.max_connections_per_peer()?;
         if self.handshake_timeout_ms > MAX_HANDSHAKE_TIMEOUT {
             return Err(format!(
@@ -358,6 +385,14 @@ impl ServeArgs {
                 max_connection_age: self.max_connection_age_ms,
             },
             opaque,
+            sequences: SequencesSettings {
+                segments: SegmentConfig {
+                    min_size: self.sequence_min_segment,
+                    max_size: self.sequence_max_segment,
+                    target_interval: self.sequence_segment_interval_ms,
+                },
+                create_on_use: self.create_sequences_on_use,
+            },
         })
     }
 

@@ -6,13 +6,16 @@
 //! the keeper's events handed out before the holding they come with), and [`report`] turns
 //! both cores' events into metrics and log lines. [`keeper_task`] and [`minter_task`] are the
 //! tokio tasks that carry them; the simulator (`crate::sim`) carries the same [`link`] rules
-//! over its own schedule.
+//! over its own schedule. [`sequences`] runs the named sequences' segment machines over their
+//! store.
 
 pub mod keeper_task;
 pub mod link;
 pub mod minter_task;
 pub mod report;
+pub mod sequences;
 
 pub use keeper_task::{DriverConfig, KeeperHandle, StartError, start_keeper};
 pub use link::{KeeperSide, MinterSide, PROGRESS_EVERY_MS, ToKeeper};
 pub use minter_task::{MintHandle, MinterLinks, QUEUE, spawn_minter};
+pub use sequences::{SequenceCallError, SequencesConfig, SequencesHandle, spawn_sequences};

@@ -32,7 +32,10 @@ use super::context::CallContext;
 use super::service::{Service, ServiceError, status_of};
 use crate::metrics::{CallMetrics, METHODS, Metrics, PROTOCOL_CONNECT};
 use crate::minter::ConnectionKey;
-use crate::proto::{BatchIdsRequest, BatchUuidsRequest, DecodeRequest, NextIdRequest, NextUuidRequest, RevealRequest};
+use crate::proto::{
+    BatchIdsRequest, BatchUuidsRequest, BatchValuesRequest, DecodeRequest, NextIdRequest, NextUuidRequest,
+    NextValueRequest, RevealRequest,
+};
 /// The header naming the protocol's version, `1`; optional for unary calls.
 const VERSION_HEADER: &str = "connect-protocol-version";
 
@@ -256,6 +259,14 @@ impl Connect {
                 "BatchUuids" => {
                     let request: BatchUuidsRequest = codec.decode(&body)?;
                     codec.encode(&self.service.batch_uuids_within(request, connection, left()).await?)
+                }
+                "NextValue" => {
+                    let request: NextValueRequest = codec.decode(&body)?;
+                    codec.encode(&self.service.next_value_within(request, left()).await?)
+                }
+                "BatchValues" => {
+                    let request: BatchValuesRequest = codec.decode(&body)?;
+                    codec.encode(&self.service.batch_values_within(request, left()).await?)
                 }
                 _ => return Err(unimplemented()),
             };

@@ -1,10 +1,12 @@
 //! The `IdService`: thin handlers that validate requests, ask the minter, and map errors to
 //! gRPC status codes in one place ([`status_of`]). The calls themselves ([`Service::next_id_within`],
 //! [`Service::batch_within`], [`Service::next_uuid_within`], [`Service::batch_uuids_within`],
-//! [`Service::decode_request`], [`Service::reveal_request`]) serve gRPC and the Connect protocol
+//! [`Service::decode_request`], [`Service::reveal_request`], [`Service::next_value_within`],
+//! [`Service::batch_values_within`]) serve gRPC and the Connect protocol
 //! ([`super::connect`]) alike. Opaque IDs ([`crate::opaque`]) and UUIDs ([`crate::uuid7`]) are
 //! made here, after minting, from the IDs the minter issued, and read back here, before
-//! decoding: the minter never sees them. Calls are counted and timed around the service, by
+//! decoding: the minter never sees them. Named sequences' values come from the sequences'
+//! task ([`crate::node::sequences`]), not the minter. Calls are counted and timed around the service, by
 //! [`super::calls`], so that calls no handler sees are counted too.
 
 use std::sync::Arc;
@@ -19,12 +21,13 @@ use crate::history::{self, Book, Entry, HistoryError};
 use crate::layout::{Layout, LayoutError, Slot, rfc3339_ms};
 use crate::metrics::{Metrics, OPAQUE_ENCODED, OPAQUE_REVEALED};
 use crate::minter::{ConnectionKey, MintError};
-use crate::node::MintHandle;
+use crate::node::{MintHandle, SequenceCallError, SequencesHandle};
 use crate::opaque::{Keyring, OpaqueError, OpaqueId};
 use crate::proto::id_service_server::IdService;
 use crate::proto::{
-    BatchIdsRequest, BatchIdsResponse, BatchUuidsRequest, BatchUuidsResponse, DecodeRequest, DecodeResponse,
-    NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, Provenance, RevealRequest, RevealResponse,
+    BatchIdsRequest, BatchIdsResponse, BatchUuidsRequest, BatchUuidsResponse, BatchValuesRequest, BatchValuesResponse,
+    DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, NextValueRequest,
+    NextValueResponse, Provenance, RevealRequest, RevealResponse,
 };
 use crate::uuid7::{self, UuidError};
 
@@ -59,6 +62,8 @@ pub enum ServiceError {
     Uuid(#[from] UuidError),
     #[error("{0}")]
     UuidRequest(String),
+    #[error(transparent)]
+    Sequence(#[from] SequenceCallError),
 }
 
 /// The one mapping from snowmint's errors to gRPC status.
@@ -78,6 +83,18 @@ pub fn status_of(error: ServiceError) -> Status {
         | ServiceError::UuidRequest(_) => Status::invalid_argument(error.to_string()),
         // The history could not be read now: ask again.
         ServiceError::History(_) => Status::unavailable(error.to_string()),
+        ServiceError::Sequence(sequence) => match sequence {
+            SequenceCallError::Name(_) => Status::invalid_argument(error.to_string()),
+            SequenceCallError::NotFound(_) => Status::not_found(error.to_string()),
+            // Used up: no retry brings more values.
+            SequenceCallError::Exhausted { .. } => Status::out_of_range(error.to_string()),
+            SequenceCallError::Saturated => Status::resource_exhausted(error.to_string()),
+            // The store slow or gone back, the server stopping: retriable, here later or on
+            // another instance.
+            SequenceCallError::Stopped(_) | SequenceCallError::Deadline { .. } | SequenceCallError::ShuttingDown => {
+                Status::unavailable(error.to_string())
+            }
+        },
     }
 }
 
@@ -119,6 +136,8 @@ pub struct Service {
     revealed: IntCounter,
     /// Whether the layout can make UUIDs, checked once.
     uuids: Result<(), UuidError>,
+    /// The named sequences' task.
+    sequences: SequencesHandle,
 }
 
 impl Service {
@@ -129,11 +148,12 @@ impl Service {
         metrics: Metrics,
         opaque: Option<Arc<Keyring>>,
         history: Option<Arc<dyn Book>>,
+        sequences: SequencesHandle,
     ) -> Service {
         let encoded = metrics.opaque_ids.with_label_values(&[OPAQUE_ENCODED]);
         let revealed = metrics.opaque_ids.with_label_values(&[OPAQUE_REVEALED]);
         let uuids = uuid7::check_layout(&layout);
-        Service { minter, layout, max_batch, metrics, opaque, encoded, revealed, history, uuids }
+        Service { minter, layout, max_batch, metrics, opaque, encoded, revealed, history, uuids, sequences }
     }
 
     /// `Ok` when this server's layout can make UUIDs, or the error that says why not.
@@ -245,6 +265,33 @@ impl Service {
             }
         }
         Ok(BatchUuidsResponse { uuids, texts })
+    }
+
+    /// `NextValue`: the next value of a named sequence, answered within `timeout` if one is
+    /// given.
+    pub async fn next_value_within(
+        &self,
+        request: NextValueRequest,
+        timeout: Option<Duration>,
+    ) -> Result<NextValueResponse, ServiceError> {
+        let values = self.sequences.take(&request.sequence, 1, timeout).await?;
+        let value = values.first().map(|range| range.start).expect("a take of one answers one value");
+        Ok(NextValueResponse { value: value as i64 })
+    }
+
+    /// `BatchValues`: `count` values of one named sequence, increasing, answered within
+    /// `timeout` if one is given.
+    pub async fn batch_values_within(
+        &self,
+        request: BatchValuesRequest,
+        timeout: Option<Duration>,
+    ) -> Result<BatchValuesResponse, ServiceError> {
+        let count = self.batch_count(request.count)?;
+        self.metrics.batch_size.observe(count as f64);
+        let ranges = self.sequences.take(&request.sequence, count as u64, timeout).await?;
+        let values: Vec<i64> = ranges.into_iter().flat_map(|range| range.map(|value| value as i64)).collect();
+        debug_assert_eq!(values.len(), count);
+        Ok(BatchValuesResponse { values })
     }
 
     /// `Decode`: the ID's parts, with the server's layout or a named one; an opaque ID
@@ -430,6 +477,19 @@ impl IdService for Service {
     async fn batch_uuids(&self, request: Request<BatchUuidsRequest>) -> Result<Response<BatchUuidsResponse>, Status> {
         let (timeout, connection) = (timeout_of(&request), connection_of(&request));
         respond(self.batch_uuids_within(request.into_inner(), connection, timeout).await)
+    }
+
+    async fn next_value(&self, request: Request<NextValueRequest>) -> Result<Response<NextValueResponse>, Status> {
+        let timeout = timeout_of(&request);
+        respond(self.next_value_within(request.into_inner(), timeout).await)
+    }
+
+    async fn batch_values(
+        &self,
+        request: Request<BatchValuesRequest>,
+    ) -> Result<Response<BatchValuesResponse>, Status> {
+        let timeout = timeout_of(&request);
+        respond(self.batch_values_within(request.into_inner(), timeout).await)
     }
 }
 

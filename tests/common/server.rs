@@ -326,6 +326,7 @@ fn config(state_dir: &Path) -> ServeConfig {
         tls: None,
         limits: snowmint::server::Limits::default(),
         opaque: None,
+        sequences: snowmint::server::SequencesSettings::default(),
     }
 }
 

@@ -936,6 +936,194 @@ func (x *BatchUuidsResponse) GetTexts() []string {
 	return nil
 }
 
+type NextValueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sequence's name: lowercase letters, digits, '.', '_' and '-', up to 64 bytes.
+	Sequence      string `protobuf:"bytes,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextValueRequest) Reset() {
+	*x = NextValueRequest{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextValueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextValueRequest) ProtoMessage() {}
+
+func (x *NextValueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextValueRequest.ProtoReflect.Descriptor instead.
+func (*NextValueRequest) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NextValueRequest) GetSequence() string {
+	if x != nil {
+		return x.Sequence
+	}
+	return ""
+}
+
+type NextValueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A positive value (a string in JSON).
+	Value         int64 `protobuf:"varint,1,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextValueResponse) Reset() {
+	*x = NextValueResponse{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextValueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextValueResponse) ProtoMessage() {}
+
+func (x *NextValueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextValueResponse.ProtoReflect.Descriptor instead.
+func (*NextValueResponse) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *NextValueResponse) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+type BatchValuesRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sequence string                 `protobuf:"bytes,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// How many values: 1 up to the server's maximum batch, as for BatchIds.
+	Count         uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchValuesRequest) Reset() {
+	*x = BatchValuesRequest{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchValuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchValuesRequest) ProtoMessage() {}
+
+func (x *BatchValuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchValuesRequest.ProtoReflect.Descriptor instead.
+func (*BatchValuesRequest) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BatchValuesRequest) GetSequence() string {
+	if x != nil {
+		return x.Sequence
+	}
+	return ""
+}
+
+func (x *BatchValuesRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type BatchValuesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Increasing; consecutive except where a segment ends (strings in JSON).
+	Values        []int64 `protobuf:"varint,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchValuesResponse) Reset() {
+	*x = BatchValuesResponse{}
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchValuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchValuesResponse) ProtoMessage() {}
+
+func (x *BatchValuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_snowmint_v1_snowmint_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchValuesResponse.ProtoReflect.Descriptor instead.
+func (*BatchValuesResponse) Descriptor() ([]byte, []int) {
+	return file_snowmint_v1_snowmint_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BatchValuesResponse) GetValues() []int64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_snowmint_v1_snowmint_proto protoreflect.FileDescriptor
 
 const file_snowmint_v1_snowmint_proto_rawDesc = "" +
@@ -1016,7 +1204,16 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x05count\x18\x01 \x01(\rR\x05count\"@\n" +
 	"\x12BatchUuidsResponse\x12\x14\n" +
 	"\x05uuids\x18\x01 \x03(\fR\x05uuids\x12\x14\n" +
-	"\x05texts\x18\x02 \x03(\tR\x05texts2\xb5\x03\n" +
+	"\x05texts\x18\x02 \x03(\tR\x05texts\".\n" +
+	"\x10NextValueRequest\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\tR\bsequence\")\n" +
+	"\x11NextValueResponse\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\x03R\x05value\"F\n" +
+	"\x12BatchValuesRequest\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\tR\bsequence\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\"-\n" +
+	"\x13BatchValuesResponse\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x03R\x06values2\xd3\x04\n" +
 	"\tIdService\x12A\n" +
 	"\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n" +
 	"\bBatchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12A\n" +
@@ -1024,7 +1221,9 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x06Reveal\x12\x1a.snowmint.v1.RevealRequest\x1a\x1b.snowmint.v1.RevealResponse\x12G\n" +
 	"\bNextUuid\x12\x1c.snowmint.v1.NextUuidRequest\x1a\x1d.snowmint.v1.NextUuidResponse\x12M\n" +
 	"\n" +
-	"BatchUuids\x12\x1e.snowmint.v1.BatchUuidsRequest\x1a\x1f.snowmint.v1.BatchUuidsResponseBj\n" +
+	"BatchUuids\x12\x1e.snowmint.v1.BatchUuidsRequest\x1a\x1f.snowmint.v1.BatchUuidsResponse\x12J\n" +
+	"\tNextValue\x12\x1d.snowmint.v1.NextValueRequest\x1a\x1e.snowmint.v1.NextValueResponse\x12P\n" +
+	"\vBatchValues\x12\x1f.snowmint.v1.BatchValuesRequest\x1a .snowmint.v1.BatchValuesResponseBj\n" +
 	"\x0fdev.snowmint.v1B\rSnowmintProtoP\x01ZFgithub.com/snowmint/snowmint/clients/go/internal/snowmintv1;snowmintv1b\x06proto3"
 
 var (
@@ -1039,21 +1238,25 @@ func file_snowmint_v1_snowmint_proto_rawDescGZIP() []byte {
 	return file_snowmint_v1_snowmint_proto_rawDescData
 }
 
-var file_snowmint_v1_snowmint_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_snowmint_v1_snowmint_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_snowmint_v1_snowmint_proto_goTypes = []any{
-	(*NextIdRequest)(nil),      // 0: snowmint.v1.NextIdRequest
-	(*NextIdResponse)(nil),     // 1: snowmint.v1.NextIdResponse
-	(*BatchIdsRequest)(nil),    // 2: snowmint.v1.BatchIdsRequest
-	(*BatchIdsResponse)(nil),   // 3: snowmint.v1.BatchIdsResponse
-	(*DecodeRequest)(nil),      // 4: snowmint.v1.DecodeRequest
-	(*DecodeResponse)(nil),     // 5: snowmint.v1.DecodeResponse
-	(*Provenance)(nil),         // 6: snowmint.v1.Provenance
-	(*RevealRequest)(nil),      // 7: snowmint.v1.RevealRequest
-	(*RevealResponse)(nil),     // 8: snowmint.v1.RevealResponse
-	(*NextUuidRequest)(nil),    // 9: snowmint.v1.NextUuidRequest
-	(*NextUuidResponse)(nil),   // 10: snowmint.v1.NextUuidResponse
-	(*BatchUuidsRequest)(nil),  // 11: snowmint.v1.BatchUuidsRequest
-	(*BatchUuidsResponse)(nil), // 12: snowmint.v1.BatchUuidsResponse
+	(*NextIdRequest)(nil),       // 0: snowmint.v1.NextIdRequest
+	(*NextIdResponse)(nil),      // 1: snowmint.v1.NextIdResponse
+	(*BatchIdsRequest)(nil),     // 2: snowmint.v1.BatchIdsRequest
+	(*BatchIdsResponse)(nil),    // 3: snowmint.v1.BatchIdsResponse
+	(*DecodeRequest)(nil),       // 4: snowmint.v1.DecodeRequest
+	(*DecodeResponse)(nil),      // 5: snowmint.v1.DecodeResponse
+	(*Provenance)(nil),          // 6: snowmint.v1.Provenance
+	(*RevealRequest)(nil),       // 7: snowmint.v1.RevealRequest
+	(*RevealResponse)(nil),      // 8: snowmint.v1.RevealResponse
+	(*NextUuidRequest)(nil),     // 9: snowmint.v1.NextUuidRequest
+	(*NextUuidResponse)(nil),    // 10: snowmint.v1.NextUuidResponse
+	(*BatchUuidsRequest)(nil),   // 11: snowmint.v1.BatchUuidsRequest
+	(*BatchUuidsResponse)(nil),  // 12: snowmint.v1.BatchUuidsResponse
+	(*NextValueRequest)(nil),    // 13: snowmint.v1.NextValueRequest
+	(*NextValueResponse)(nil),   // 14: snowmint.v1.NextValueResponse
+	(*BatchValuesRequest)(nil),  // 15: snowmint.v1.BatchValuesRequest
+	(*BatchValuesResponse)(nil), // 16: snowmint.v1.BatchValuesResponse
 }
 var file_snowmint_v1_snowmint_proto_depIdxs = []int32{
 	6,  // 0: snowmint.v1.DecodeResponse.provenance:type_name -> snowmint.v1.Provenance
@@ -1063,14 +1266,18 @@ var file_snowmint_v1_snowmint_proto_depIdxs = []int32{
 	7,  // 4: snowmint.v1.IdService.Reveal:input_type -> snowmint.v1.RevealRequest
 	9,  // 5: snowmint.v1.IdService.NextUuid:input_type -> snowmint.v1.NextUuidRequest
 	11, // 6: snowmint.v1.IdService.BatchUuids:input_type -> snowmint.v1.BatchUuidsRequest
-	1,  // 7: snowmint.v1.IdService.NextId:output_type -> snowmint.v1.NextIdResponse
-	3,  // 8: snowmint.v1.IdService.BatchIds:output_type -> snowmint.v1.BatchIdsResponse
-	5,  // 9: snowmint.v1.IdService.Decode:output_type -> snowmint.v1.DecodeResponse
-	8,  // 10: snowmint.v1.IdService.Reveal:output_type -> snowmint.v1.RevealResponse
-	10, // 11: snowmint.v1.IdService.NextUuid:output_type -> snowmint.v1.NextUuidResponse
-	12, // 12: snowmint.v1.IdService.BatchUuids:output_type -> snowmint.v1.BatchUuidsResponse
-	7,  // [7:13] is the sub-list for method output_type
-	1,  // [1:7] is the sub-list for method input_type
+	13, // 7: snowmint.v1.IdService.NextValue:input_type -> snowmint.v1.NextValueRequest
+	15, // 8: snowmint.v1.IdService.BatchValues:input_type -> snowmint.v1.BatchValuesRequest
+	1,  // 9: snowmint.v1.IdService.NextId:output_type -> snowmint.v1.NextIdResponse
+	3,  // 10: snowmint.v1.IdService.BatchIds:output_type -> snowmint.v1.BatchIdsResponse
+	5,  // 11: snowmint.v1.IdService.Decode:output_type -> snowmint.v1.DecodeResponse
+	8,  // 12: snowmint.v1.IdService.Reveal:output_type -> snowmint.v1.RevealResponse
+	10, // 13: snowmint.v1.IdService.NextUuid:output_type -> snowmint.v1.NextUuidResponse
+	12, // 14: snowmint.v1.IdService.BatchUuids:output_type -> snowmint.v1.BatchUuidsResponse
+	14, // 15: snowmint.v1.IdService.NextValue:output_type -> snowmint.v1.NextValueResponse
+	16, // 16: snowmint.v1.IdService.BatchValues:output_type -> snowmint.v1.BatchValuesResponse
+	9,  // [9:17] is the sub-list for method output_type
+	1,  // [1:9] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -1089,7 +1296,7 @@ func file_snowmint_v1_snowmint_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_snowmint_v1_snowmint_proto_rawDesc), len(file_snowmint_v1_snowmint_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,12 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IdService_NextId_FullMethodName     = "/snowmint.v1.IdService/NextId"
-	IdService_BatchIds_FullMethodName   = "/snowmint.v1.IdService/BatchIds"
-	IdService_Decode_FullMethodName     = "/snowmint.v1.IdService/Decode"
-	IdService_Reveal_FullMethodName     = "/snowmint.v1.IdService/Reveal"
-	IdService_NextUuid_FullMethodName   = "/snowmint.v1.IdService/NextUuid"
-	IdService_BatchUuids_FullMethodName = "/snowmint.v1.IdService/BatchUuids"
+	IdService_NextId_FullMethodName      = "/snowmint.v1.IdService/NextId"
+	IdService_BatchIds_FullMethodName    = "/snowmint.v1.IdService/BatchIds"
+	IdService_Decode_FullMethodName      = "/snowmint.v1.IdService/Decode"
+	IdService_Reveal_FullMethodName      = "/snowmint.v1.IdService/Reveal"
+	IdService_NextUuid_FullMethodName    = "/snowmint.v1.IdService/NextUuid"
+	IdService_BatchUuids_FullMethodName  = "/snowmint.v1.IdService/BatchUuids"
+	IdService_NextValue_FullMethodName   = "/snowmint.v1.IdService/NextValue"
+	IdService_BatchValues_FullMethodName = "/snowmint.v1.IdService/BatchValues"
 )
 
 // IdServiceClient is the client API for IdService service.
@@ -50,6 +52,11 @@ type IdServiceClient interface {
 	NextUuid(ctx context.Context, in *NextUuidRequest, opts ...grpc.CallOption) (*NextUuidResponse, error)
 	// `count` new UUIDv7s, strictly increasing, all minted by this instance.
 	BatchUuids(ctx context.Context, in *BatchUuidsRequest, opts ...grpc.CallOption) (*BatchUuidsResponse, error)
+	// The next value of a named sequence: dense, never issued twice. NOT_FOUND for a name
+	// with no sequence (unless the server creates sequences on first use).
+	NextValue(ctx context.Context, in *NextValueRequest, opts ...grpc.CallOption) (*NextValueResponse, error)
+	// `count` values of one named sequence, increasing.
+	BatchValues(ctx context.Context, in *BatchValuesRequest, opts ...grpc.CallOption) (*BatchValuesResponse, error)
 }
 
 type idServiceClient struct {
@@ -120,6 +127,26 @@ func (c *idServiceClient) BatchUuids(ctx context.Context, in *BatchUuidsRequest,
 	return out, nil
 }
 
+func (c *idServiceClient) NextValue(ctx context.Context, in *NextValueRequest, opts ...grpc.CallOption) (*NextValueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NextValueResponse)
+	err := c.cc.Invoke(ctx, IdService_NextValue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *idServiceClient) BatchValues(ctx context.Context, in *BatchValuesRequest, opts ...grpc.CallOption) (*BatchValuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchValuesResponse)
+	err := c.cc.Invoke(ctx, IdService_BatchValues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdServiceServer is the server API for IdService service.
 // All implementations must embed UnimplementedIdServiceServer
 // for forward compatibility.
@@ -140,6 +167,11 @@ type IdServiceServer interface {
 	NextUuid(context.Context, *NextUuidRequest) (*NextUuidResponse, error)
 	// `count` new UUIDv7s, strictly increasing, all minted by this instance.
 	BatchUuids(context.Context, *BatchUuidsRequest) (*BatchUuidsResponse, error)
+	// The next value of a named sequence: dense, never issued twice. NOT_FOUND for a name
+	// with no sequence (unless the server creates sequences on first use).
+	NextValue(context.Context, *NextValueRequest) (*NextValueResponse, error)
+	// `count` values of one named sequence, increasing.
+	BatchValues(context.Context, *BatchValuesRequest) (*BatchValuesResponse, error)
 	mustEmbedUnimplementedIdServiceServer()
 }
 
@@ -167,6 +199,12 @@ func (UnimplementedIdServiceServer) NextUuid(context.Context, *NextUuidRequest) 
 }
 func (UnimplementedIdServiceServer) BatchUuids(context.Context, *BatchUuidsRequest) (*BatchUuidsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchUuids not implemented")
+}
+func (UnimplementedIdServiceServer) NextValue(context.Context, *NextValueRequest) (*NextValueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NextValue not implemented")
+}
+func (UnimplementedIdServiceServer) BatchValues(context.Context, *BatchValuesRequest) (*BatchValuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchValues not implemented")
 }
 func (UnimplementedIdServiceServer) mustEmbedUnimplementedIdServiceServer() {}
 func (UnimplementedIdServiceServer) testEmbeddedByValue()                   {}
@@ -297,6 +335,42 @@ func _IdService_BatchUuids_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdService_NextValue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NextValueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdServiceServer).NextValue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdService_NextValue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdServiceServer).NextValue(ctx, req.(*NextValueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdService_BatchValues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchValuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdServiceServer).BatchValues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdService_BatchValues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdServiceServer).BatchValues(ctx, req.(*BatchValuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdService_ServiceDesc is the grpc.ServiceDesc for IdService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -327,6 +401,14 @@ var IdService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BatchUuids",
 			Handler:    _IdService_BatchUuids_Handler,
+		},
+		{
+			MethodName: "NextValue",
+			Handler:    _IdService_NextValue_Handler,
+		},
+		{
+			MethodName: "BatchValues",
+			Handler:    _IdService_BatchValues_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
