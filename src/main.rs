@@ -53,6 +53,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Decode(args) => cli::decode::run(&args).await,
         Command::Audit(args) => cli::audit::run(&args).await,
         Command::Fence(args) => cli::fence::run(&args).await,
+        Command::Sequence(args) => cli::sequence::run(&args).await,
         Command::Next(args) => cli::clients::next(&args).await,
         Command::Batch(args) => cli::clients::batch(&args).await,
         Command::Bench(args) => {

@@ -19,6 +19,7 @@ use super::bench::BenchArgs;
 use super::clients::{BatchArgs, ClientArgs};
 use super::decode::DecodeArgs;
 use super::fence::FenceArgs;
+use super::sequence::SequenceArgs;
 use super::serve::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -47,6 +48,8 @@ pub enum Command {
     Batch(BatchArgs),
     /// Drive load against a server and report throughput, latency and uniqueness.
     Bench(BenchArgs),
+    /// Create, list and show named sequences (in etcd, or a state dir).
+    Sequence(SequenceArgs),
 }
 
 /// The layout flags, shared by `serve` and `decode`.
