@@ -132,6 +132,36 @@ async fn the_curl_examples_of_the_pages_answer_as_shown() {
     assert!(server.wait(common::EXIT_LIMIT).await.success());
 }
 
+/// The examples of docs/api/sequences.md, after the page's own `snowmint sequence create`,
+/// answer exactly what it shows, from the real binary.
+#[tokio::test]
+async fn the_sequences_page_examples_answer_as_shown() {
+    let builder = ServerBuilder::new();
+    let state = builder.state_path().to_str().unwrap().to_string();
+    let created = common::run_binary(&["sequence", "create", "orders", "--start", "1000", "--state-dir", &state]);
+    assert_eq!(created.0, 0, "{created:?}");
+    let mut server = builder.spawn();
+    let block = connect_examples("docs/api/sequences.md");
+    let lines: Vec<&str> = block.lines().collect();
+    let mut ran = 0;
+    for (i, line) in lines.iter().enumerate().filter(|(_, line)| line.starts_with("curl ")) {
+        let shown =
+            lines.get(i + 1).and_then(|l| l.strip_prefix("# ")).unwrap_or_else(|| panic!("no answer under {line}"));
+        let command = line.replace("127.0.0.1:50051", &server.grpc.to_string());
+        let got = blocking(move || {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", &command]);
+            common::output_within(sh, common::EXIT_LIMIT)
+        })
+        .await;
+        assert_eq!((got.code, got.stdout.trim_end()), (0, shown), "{line}: {}", got.stderr);
+        ran += 1;
+    }
+    assert_eq!(ran, 3, "{block}");
+    server.signal("TERM");
+    assert!(server.wait(common::EXIT_LIMIT).await.success());
+}
+
 #[test]
 fn shown_answers_match_ids_in_place_of_ellipses() {
     assert!(matches_shown(r#"{"ids":["…","…"]}"#, r#"{"ids":["12","345"]}"#));
