@@ -1,5 +1,5 @@
-//! `snowmint bench`: the load tool. It drives NextId, BatchIds, NextUuid, BatchUuids or the
-//! buffered Rust client against a server at a set concurrency for a set duration or call
+//! `snowmint bench`: the load tool. It drives NextId, BatchIds, NextUuid, BatchUuids,
+//! NextValue, BatchValues (of `--sequence`) or the buffered Rust client against a server at a set concurrency for a set duration or call
 //! count, reports calls/s, IDs/s (UUIDs/s) and latency percentiles, and checks that every ID
 //! (UUID) it received is unique. A run with
 //! a failed call or a duplicate ID is a failed run ([`Report::verdict`]): its figures measure
@@ -17,7 +17,7 @@
 //! take a few megabytes rather than hundreds of megabytes of fresh memory a second, whose
 //! page faults would throttle the client; and the check sorts runs rather than IDs. A UUID is
 //! kept as a 64-bit key of the 90 bits that make it unique ([`uuid_key`]), which runs the same
-//! way.
+//! way. A named sequence's values are kept as IDs are (values of one batch run as a segment).
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,9 @@ use clap::{Args, ValueEnum};
 use tonic::transport::{Channel, Endpoint};
 
 use snowmint_client::proto::id_service_client::IdServiceClient;
-use snowmint_client::proto::{BatchIdsRequest, BatchUuidsRequest, NextIdRequest, NextUuidRequest};
+use snowmint_client::proto::{
+    BatchIdsRequest, BatchUuidsRequest, BatchValuesRequest, NextIdRequest, NextUuidRequest, NextValueRequest,
+};
 use snowmint_client::{BufferConfig, Client};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,6 +42,10 @@ pub enum Method {
     NextUuid,
     /// BatchUuids calls of --batch-size.
     BatchUuids,
+    /// NextValue calls of --sequence.
+    NextValue,
+    /// BatchValues calls of --batch-size, of --sequence.
+    BatchValues,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -50,9 +56,12 @@ pub struct BenchArgs {
     /// Which call to make.
     #[arg(long, value_enum, default_value_t = Method::Next)]
     pub method: Method,
-    /// IDs per BatchIds (UUIDs per BatchUuids) call.
+    /// IDs per BatchIds (UUIDs per BatchUuids, values per BatchValues) call.
     #[arg(long, default_value_t = 4096)]
     pub batch_size: u32,
+    /// The named sequence of next-value and batch-values.
+    #[arg(long, default_value = "bench")]
+    pub sequence: String,
     /// Calls in flight at once.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -200,6 +209,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
         };
         let load = Load {
             uuid_base_ms,
+            sequence: args.sequence.clone(),
             method: args.method,
             batch_size: args.batch_size,
             deadline: args.deadline_ms.map(Duration::from_millis),
@@ -389,6 +399,8 @@ enum Target {
 struct Load {
     /// The Unix ms from which UUIDs' times are keyed ([`uuid_key`]).
     uuid_base_ms: i64,
+    /// The named sequence of `NextValue` and `BatchValues`.
+    sequence: String,
     method: Method,
     batch_size: u32,
     /// Each call's deadline.
@@ -465,6 +477,19 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
                     Ok(r) => keep_uuids(&mut out.ids, r.into_inner().uuids.iter(), load.uuid_base_ms),
                     Err(s) => Err(Failed::of(&s)),
                 }
+            }
+            (Target::Server(client), Method::NextValue) => client
+                .next_value(request(NextValueRequest { sequence: load.sequence.clone() }, load.deadline))
+                .await
+                .map(|r| out.ids.push(r.into_inner().value as u64))
+                .map_err(|s| Failed::of(&s)),
+            (Target::Server(client), Method::BatchValues) => {
+                let batch = BatchValuesRequest { sequence: load.sequence.clone(), count: load.batch_size };
+                client
+                    .batch_values(request(batch, load.deadline))
+                    .await
+                    .map(|r| r.into_inner().values.into_iter().for_each(|value| out.ids.push(value as u64)))
+                    .map_err(|s| Failed::of(&s))
             }
             (Target::Server(client), _) => client
                 .next_id(request(NextIdRequest::default(), load.deadline))
