@@ -158,6 +158,35 @@ async fn next_uuid_and_batch_uuids_fail_over_as_ids_do() {
     good.stop().await;
 }
 
+/// Named sequences through the client: past an endpoint that is gone, values of one sequence,
+/// increasing from call to call, with and without a deadline; a name with no sequence is
+/// `NOT_FOUND` from the first server that answers, not asked of the next.
+#[tokio::test]
+async fn next_value_and_batch_values_fail_over_and_not_found_is_final() {
+    let with_it = ServerBuilder::new();
+    let store = snowmint::sequence::file::FileSequences::new(with_it.state_path());
+    let record = snowmint::sequence::Record::new(41, snowmint::sequence::MAX_VALUE, false).unwrap();
+    snowmint::sequence::SequenceStore::create(&store, "orders", &record).await.unwrap();
+    let good = with_it.start().await;
+    let without = ServerBuilder::new().start().await;
+    let gone = format!("http://127.0.0.1:{}", common::etcd::free_port());
+    let client = Client::builder([gone, good.url()]).connect().unwrap();
+    let mut values = vec![client.next_value("orders").await.unwrap()];
+    values.extend(client.batch_values("orders", 1_000).await.unwrap());
+    values.push(client.next_value_within("orders", Duration::from_secs(5)).await.unwrap());
+    values.extend(client.batch_values_within("orders", 3, Duration::from_secs(5)).await.unwrap());
+    assert_eq!(values, (41..41 + 1_005).collect::<Vec<i64>>());
+    let first_without = Client::builder([without.url(), good.url()]).connect().unwrap();
+    let error = first_without.next_value("orders").await.unwrap_err();
+    assert!(matches!(&error, ClientError::Rejected(s) if s.code() == Code::NotFound), "{error}");
+    let not_found = r#"snowmint_requests_total{code="NotFound",method="NextValue",protocol="grpc"}"#;
+    assert_eq!((without.metric(not_found).await, good.metric(not_found).await), (1.0, 0.0));
+    client.close();
+    assert!(matches!(client.next_value("orders").await, Err(ClientError::Closed)));
+    good.stop().await;
+    without.stop().await;
+}
+
 #[tokio::test]
 async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
     let good = ServerBuilder::new().start().await;

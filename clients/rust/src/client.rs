@@ -223,6 +223,54 @@ impl Client {
         self.uuids_by(Some(count), Some(Instant::now() + timeout)).await
     }
 
+    /// The next value of named sequence `name`: dense, never issued twice. Never buffered:
+    /// one `NextValue` call, failing over as [`Client::batch`] does. A name with no sequence
+    /// is [`ClientError::Rejected`] with `NOT_FOUND`; a sequence used up, `OUT_OF_RANGE`.
+    pub async fn next_value(&self, name: &str) -> Result<i64, ClientError> {
+        self.values_by(name, None, None).await.map(|mut one| one.remove(0))
+    }
+
+    /// [`Client::next_value`], all attempts included within `timeout`.
+    pub async fn next_value_within(&self, name: &str, timeout: Duration) -> Result<i64, ClientError> {
+        self.values_by(name, None, Some(Instant::now() + timeout)).await.map(|mut one| one.remove(0))
+    }
+
+    /// `count` values of named sequence `name`, increasing, from one server in one
+    /// `BatchValues` call. `count` must be 1 to the server's `--max-batch`.
+    pub async fn batch_values(&self, name: &str, count: u32) -> Result<Vec<i64>, ClientError> {
+        self.values_by(name, Some(count), None).await
+    }
+
+    /// [`Client::batch_values`], all attempts included within `timeout`.
+    pub async fn batch_values_within(
+        &self,
+        name: &str,
+        count: u32,
+        timeout: Duration,
+    ) -> Result<Vec<i64>, ClientError> {
+        self.values_by(name, Some(count), Some(Instant::now() + timeout)).await
+    }
+
+    /// `count` values of `name`, or one without; checked to be as many as asked, increasing.
+    async fn values_by(
+        &self,
+        name: &str,
+        count: Option<u32>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<i64>, ClientError> {
+        if self.inner.closer.is_closed() {
+            return Err(ClientError::Closed);
+        }
+        let values = self.inner.endpoints.values(name, count, deadline).await?;
+        let asked = count.unwrap_or(1) as usize;
+        if values.len() != asked || values.windows(2).any(|w| w[0] >= w[1]) || values.iter().any(|&v| v < 1) {
+            let message =
+                format!("the server sent {} values for {asked} asked, not all positive and increasing", values.len());
+            return Err(ClientError::Rejected(tonic::Status::internal(message)));
+        }
+        Ok(values)
+    }
+
     /// `count` UUIDs, or one without.
     async fn uuids_by(&self, count: Option<u32>, deadline: Option<Instant>) -> Result<Vec<Uuid>, ClientError> {
         if self.inner.closer.is_closed() {

@@ -26,7 +26,9 @@ use crate::closer::Closer;
 use crate::error::ClientError;
 use crate::opaque::OpaqueId;
 use crate::proto::id_service_client::IdServiceClient;
-use crate::proto::{BatchIdsRequest, BatchUuidsRequest, NextIdRequest, NextUuidRequest};
+use crate::proto::{
+    BatchIdsRequest, BatchUuidsRequest, BatchValuesRequest, NextIdRequest, NextUuidRequest, NextValueRequest,
+};
 use crate::uuid::Uuid;
 
 /// The servers a client talks to, and which one is current.
@@ -128,6 +130,30 @@ impl Endpoints {
                 })
             })
             .collect()
+    }
+
+    /// With `count`, a `BatchValues` of `count` of sequence `name`; without, one `NextValue`.
+    pub(crate) async fn values(
+        &self,
+        name: &str,
+        count: Option<u32>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<i64>, ClientError> {
+        self.call(deadline, |mut stub, timeout| {
+            let sequence = name.to_string();
+            async move {
+                if let Some(count) = count {
+                    let mut request = tonic::Request::new(BatchValuesRequest { sequence, count });
+                    request.set_timeout(timeout);
+                    stub.batch_values(request).await.map(|response| response.into_inner().values)
+                } else {
+                    let mut request = tonic::Request::new(NextValueRequest { sequence });
+                    request.set_timeout(timeout);
+                    stub.next_value(request).await.map(|response| vec![response.into_inner().value])
+                }
+            }
+        })
+        .await
     }
 
     pub(crate) async fn opaque(&self, count: u32, deadline: Option<Instant>) -> Result<Vec<OpaqueId>, ClientError> {
