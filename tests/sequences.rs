@@ -1,7 +1,9 @@
 //! Named sequences on the real server: values dense and unique under concurrent callers, a
 //! clean restart that gives the unused rest back (no gap), a kill -9 that leaves a gap and
-//! never a repeat, two instances over one etcd never sharing a value, every refusal with its
-//! code, and `snowmint sequence create|list|show` against a state dir and etcd.
+//! never a repeat, two instances over one etcd never sharing a value (also while etcd loses
+//! its leader and pauses), an instance that refuses after etcd was restored under it, every
+//! refusal with its code, and `snowmint sequence create|list|show` against a state dir and
+//! etcd.
 
 mod common;
 
@@ -231,4 +233,122 @@ fn the_sequence_command_creates_lists_and_shows_in_a_state_dir() {
         assert_ne!(code, 0, "{args:?}");
         assert!(err.contains(why), "{args:?}: {err}");
     }
+}
+
+/// Callers asking for one value at a time with a deadline until `stop`: what they got, and
+/// the codes of what was refused.
+async fn hammer(
+    clients: Vec<IdServiceClient<Channel>>,
+    name: &'static str,
+    stop: tokio_util::sync::CancellationToken,
+) -> (Vec<i64>, Vec<Code>) {
+    let mut tasks = Vec::new();
+    for mut client in clients {
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut got, mut refused) = (Vec::new(), Vec::new());
+            while !stop.is_cancelled() {
+                let mut request = tonic::Request::new(next(name));
+                request.set_timeout(std::time::Duration::from_millis(500));
+                match client.next_value(request).await {
+                    Ok(answer) => got.push(answer.into_inner().value),
+                    Err(status) => {
+                        refused.push(status.code());
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            (got, refused)
+        }));
+    }
+    let (mut got, mut refused) = (Vec::new(), Vec::new());
+    for task in tasks {
+        let (g, r) = task.await.unwrap();
+        got.extend(g);
+        refused.extend(r);
+    }
+    (got, refused)
+}
+
+/// Two servers on a three-member etcd, four callers each: the leader killed, then every
+/// member paused past the callers' deadlines, then resumed. Calls that cannot be answered
+/// are refused `UNAVAILABLE` within their deadlines; calls go on being answered once etcd is
+/// back; no value is handed out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sequence_lives_through_etcd_losing_its_leader_and_pausing() {
+    let mut etcd = EtcdCluster::start(3).await;
+    let endpoints = etcd.endpoints();
+    let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/seq-faults"];
+    assert_eq!(run_binary(&[&["sequence", "create", "receipts"][..], &flags[..]].concat()).0, 0);
+    let segments = ["--sequence-min-segment", "5", "--sequence-max-segment", "20"];
+    let servers = [
+        ServerBuilder::new().etcd(&endpoints, "/seq-faults").args(segments).spawn(),
+        ServerBuilder::new().etcd(&endpoints, "/seq-faults").args(segments).spawn(),
+    ];
+    let mut clients = Vec::new();
+    for server in &servers {
+        for _ in 0..4 {
+            clients.push(server.client().await);
+        }
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let load = tokio::spawn(hammer(clients, "receipts", stop.clone()));
+    let seconds = |s: u64| tokio::time::sleep(std::time::Duration::from_secs(s));
+    seconds(1).await;
+    let leader = etcd.leader().await;
+    etcd.kill(leader);
+    seconds(3).await;
+    etcd.restart(leader);
+    etcd.pause_all();
+    seconds(3).await;
+    etcd.resume_all();
+    let after_pause = servers[0].metric(r#"snowmint_named_sequence_values_issued_total{sequence="receipts"}"#).await
+        + servers[1].metric(r#"snowmint_named_sequence_values_issued_total{sequence="receipts"}"#).await;
+    seconds(4).await;
+    stop.cancel();
+    let (got, refused) = load.await.unwrap();
+    let unique: BTreeSet<i64> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "{} values issued twice", got.len() - unique.len());
+    assert!(refused.iter().all(|&code| code == Code::Unavailable), "refusals other than UNAVAILABLE: {refused:?}");
+    assert!(!refused.is_empty(), "no call was refused while etcd was paused");
+    assert!(got.len() as f64 > after_pause + 50.0, "calls were not answered again after etcd came back");
+}
+
+/// etcd restored from a snapshot taken before the segments an instance holds: the instance
+/// hands out what it holds (those values are its alone), then refuses with `UNAVAILABLE`
+/// saying the store went back, rather than take the restored values again; nothing it
+/// handed out repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_saw_newer_state_refuses_after_a_restore() {
+    let mut etcd = EtcdCluster::start(1).await;
+    let endpoints = etcd.endpoints();
+    let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/seq-restore"];
+    assert_eq!(run_binary(&[&["sequence", "create", "refunds"][..], &flags[..]].concat()).0, 0);
+    let server = ServerBuilder::new()
+        .etcd(&endpoints, "/seq-restore")
+        .args(["--sequence-min-segment", "10", "--sequence-max-segment", "10"])
+        .spawn();
+    let mut client = server.client().await;
+    let snapshot = tempfile::NamedTempFile::new().unwrap();
+    let mut got = take(client.clone(), "refunds".into(), 5, 9).await;
+    etcd.snapshot(snapshot.path()).await;
+    got.extend(take(client.clone(), "refunds".into(), 5, 9).await);
+    etcd.restore(snapshot.path()).await;
+    let mut refusal = None;
+    for _ in 0..200 {
+        match client.next_value(next("refunds")).await {
+            Ok(answer) => got.push(answer.into_inner().value),
+            Err(status) => {
+                refusal = Some(status);
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("no refusal after the restore");
+    assert_eq!(refusal.code(), Code::Unavailable, "{refusal:?}");
+    assert!(refusal.message().contains("went back"), "{refusal:?}");
+    let unique: BTreeSet<i64> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "values issued twice");
+    let again = client.next_value(next("refunds")).await.unwrap_err();
+    assert_eq!(again.code(), Code::Unavailable, "the refusal does not last: {again:?}");
 }
