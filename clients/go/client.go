@@ -293,6 +293,56 @@ func (c *Client) BatchUUIDs(ctx context.Context, n int) ([]UUID, error) {
 	})
 }
 
+// NextValue returns the next value of the named sequence name, from one NextValue call:
+// positive, never issued twice. It is never buffered. It fails over, retries and keeps
+// deadlines as NextID does without a buffer; NOT_FOUND (no such sequence) and OUT_OF_RANGE
+// (used up) are returned as they are, not asked of another server.
+func (c *Client) NextValue(ctx context.Context, name string) (int64, error) {
+	if c.background.Err() != nil {
+		return 0, ErrClosed
+	}
+	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) (int64, error) {
+		resp, err := stub.NextValue(ctx, &pb.NextValueRequest{Sequence: name})
+		if err != nil {
+			return 0, err
+		}
+		if resp.GetValue() < 1 {
+			return 0, status.Errorf(codes.Internal, "snowmint: the server answered the value %d, not a positive one", resp.GetValue())
+		}
+		return resp.GetValue(), nil
+	})
+}
+
+// BatchValues returns n values of the named sequence name, increasing, all from one server
+// in one BatchValues call (n = 1 too). As for Batch, n must be between 1 and the server's
+// maximum batch; the server answers any other n with INVALID_ARGUMENT, returned as it is. An
+// answer with another number of values, or values not positive and increasing, is an error
+// of code Internal.
+func (c *Client) BatchValues(ctx context.Context, name string, n int) ([]int64, error) {
+	if c.background.Err() != nil {
+		return nil, ErrClosed
+	}
+	if n < 0 || uint64(n) > math.MaxUint32 {
+		return nil, status.Errorf(codes.InvalidArgument, "snowmint: batch size %d out of range", n)
+	}
+	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) ([]int64, error) {
+		resp, err := stub.BatchValues(ctx, &pb.BatchValuesRequest{Sequence: name, Count: uint32(n)})
+		if err != nil {
+			return nil, err
+		}
+		values := resp.GetValues()
+		if len(values) != n {
+			return nil, status.Errorf(codes.Internal, "snowmint: asked the server for %d values, it answered %d", n, len(values))
+		}
+		for i, v := range values {
+			if v < 1 || (i > 0 && v <= values[i-1]) {
+				return nil, status.Errorf(codes.Internal, "snowmint: the server answered values not positive and increasing")
+			}
+		}
+		return values, nil
+	})
+}
+
 // uuidOf is the UUID of a server's answer: 16 bytes, or an error of code Internal.
 func uuidOf(b []byte) (UUID, error) {
 	var u UUID
