@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -213,3 +214,20 @@ def test_uuid_calls_fail_over_as_id_calls_do(start_server: StartServer, tmp_path
 
     asyncio.run(run())
     assert up.requests("NextUuid") == 2
+
+
+def test_sequence_values_over_asyncio(start_server: StartServer, snowmint_bin: str, tmp_path: Path) -> None:
+    subprocess.run(
+        [snowmint_bin, "sequence", "create", "orders", "--state-dir", str(tmp_path)], check=True, capture_output=True
+    )
+    server = start_server(19, tmp_path)
+
+    async def main() -> list[int]:
+        async with AsyncClient([server.grpc_addr]) as client:
+            values = [await client.next_value("orders"), *await client.batch_values("orders", 5)]
+            with pytest.raises(grpc.RpcError) as error:
+                await client.batch_values("orders", 0)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            return values
+
+    assert asyncio.run(main()) == [1, 2, 3, 4, 5, 6]

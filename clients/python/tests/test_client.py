@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -217,3 +218,23 @@ def test_uuid_calls_fail_over_as_id_calls_do(start_server: StartServer, tmp_path
         with pytest.raises(UnavailableError):
             alone.batch_uuids(5)
     assert up.requests("NextUuid") == 2
+
+
+def test_sequence_values_come_dense_past_a_server_that_is_down(
+    start_server: StartServer, snowmint_bin: str, tmp_path: Path
+) -> None:
+    subprocess.run(
+        [snowmint_bin, "sequence", "create", "orders", "--start", "41", "--state-dir", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    down = start_server(17)
+    down.kill()
+    up = start_server(18, tmp_path)
+    with Client([down.grpc_addr, up.grpc_addr], timeout=0.5) as client:
+        values = [client.next_value("orders"), *client.batch_values("orders", 1000, timeout=5)]
+        assert values == list(range(41, 41 + 1001))
+        with pytest.raises(grpc.RpcError) as error:
+            client.next_value("nope")
+        assert error.value.code() == grpc.StatusCode.NOT_FOUND
+        assert not isinstance(error.value, UnavailableError)

@@ -139,3 +139,33 @@ def test_a_next_uuid_answer_without_a_uuid_is_refused() -> None:
     for empty in (b"", length_delimited(2, b"019b76da-a800-7000-8000-000000000000")):
         with pytest.raises(_wire.WireError, match="0 bytes"):
             _wire.next_uuid_response(empty)
+
+
+def test_the_sequence_fields_are_the_protos() -> None:
+    assert fields("NextValueRequest") == {"sequence": ("string", 1)}
+    assert fields("NextValueResponse") == {"value": ("int64", 1)}
+    assert fields("BatchValuesRequest") == {"sequence": ("string", 1), "count": ("uint32", 2)}
+    assert fields("BatchValuesResponse") == {"values": ("repeated int64", 1)}
+    assert re.search(r"rpc NextValue\(NextValueRequest\) returns \(NextValueResponse\);", PROTO)
+    assert re.search(r"rpc BatchValues\(BatchValuesRequest\) returns \(BatchValuesResponse\);", PROTO)
+    assert (_wire.NEXT_VALUE, _wire.BATCH_VALUES) == (
+        "/snowmint.v1.IdService/NextValue",
+        "/snowmint.v1.IdService/BatchValues",
+    )
+
+
+def test_sequence_requests_and_answers() -> None:
+    assert _wire.next_value_request("orders") == b"\x0a\x06orders"
+    assert _wire.batch_values_request("a", 300) == b"\x0a\x01a\x10\xac\x02"
+    assert _wire.batch_values_request("a", 0) == b"\x0a\x01a"
+    assert _wire.next_value_response(b"\x08\x2a") == 42
+    packed = b"\x0a\x04\x01\x02\xff\x01"
+    assert _wire.batch_values_response(packed) == [1, 2, 255]
+    assert _wire.batch_values_response(b"\x08\x01\x08\x02" + b"\x12\x00") == [1, 2]
+    assert _wire.batch_values_response(b"") == []
+    for broken in [b"", b"\x08\x00", b"\x08" + b"\xff" * 9 + b"\x01"]:
+        with pytest.raises(_wire.WireError):
+            _wire.next_value_response(broken)
+    for broken in [b"\x08\x02\x08\x01", b"\x0a\x02\x01", b"\x08\x01\x08\x01"]:
+        with pytest.raises(_wire.WireError):
+            _wire.batch_values_response(broken)

@@ -78,6 +78,14 @@ class AsyncClient:
             c.unary_unary(_wire.BATCH_UUIDS, request_serializer=_wire.identity, response_deserializer=_wire.identity)
             for c in self._channels
         ]
+        self._next_value = [
+            c.unary_unary(_wire.NEXT_VALUE, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+            for c in self._channels
+        ]
+        self._batch_values = [
+            c.unary_unary(_wire.BATCH_VALUES, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+            for c in self._channels
+        ]
         self._closed = False
         self._buffer = None if buffer is None else BufferState(buffer, _monotonic())
         self._refills: set[asyncio.Task[None]] = set()
@@ -164,6 +172,29 @@ class AsyncClient:
             return _wire.batch_uuids_response(await self._batch_uuids[i](request, timeout=t))
 
         return await self._call(batch_uuids, timeout)
+
+    async def next_value(self, name: str, *, timeout: float | None = None) -> int:
+        """The next value of the named sequence ``name``, from one NextValue call, as
+        :meth:`Client.next_value <snowmint_client.Client.next_value>` gets it."""
+        request = _wire.next_value_request(name)
+
+        async def next_value(i: int, t: float) -> int:
+            return _wire.next_value_response(await self._next_value[i](request, timeout=t))
+
+        return await self._call(next_value, timeout)
+
+    async def batch_values(self, name: str, n: int, *, timeout: float | None = None) -> list[int]:
+        """``n`` values of the named sequence ``name``, increasing, from one BatchValues call, as
+        :meth:`Client.batch_values <snowmint_client.Client.batch_values>` gets them."""
+        request = _wire.batch_values_request(name, n)
+
+        async def batch_values(i: int, t: float) -> list[int]:
+            values = _wire.batch_values_response(await self._batch_values[i](request, timeout=t))
+            if len(values) != n:
+                raise _wire.WireError(f"asked the server for {n} values, it answered {len(values)}")
+            return values
+
+        return await self._call(batch_values, timeout)
 
     async def close(self) -> None:
         """Ends the client at once: the buffer stops refilling, every call waiting on the

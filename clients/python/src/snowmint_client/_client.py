@@ -85,6 +85,14 @@ class Client:
             c.unary_unary(_wire.BATCH_UUIDS, request_serializer=_wire.identity, response_deserializer=_wire.identity)
             for c in self._channels
         ]
+        self._next_value = [
+            c.unary_unary(_wire.NEXT_VALUE, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+            for c in self._channels
+        ]
+        self._batch_values = [
+            c.unary_unary(_wire.BATCH_VALUES, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+            for c in self._channels
+        ]
         self._closed = False
         # _lock guards the buffer (but its front, which callers pop from without it) and
         # _closed; _cond, on the same lock, is notified whenever a refill ends.
@@ -149,6 +157,28 @@ class Client:
         :class:`WireError`."""
         request = _wire.batch_uuids_request(n)
         return self._call(lambda i, t: _wire.batch_uuids_response(self._batch_uuids[i](request, timeout=t)), timeout)
+
+    def next_value(self, name: str, *, timeout: float | None = None) -> int:
+        """The next value of the named sequence ``name``, from one NextValue call (never
+        buffered): positive, never issued twice. Failover, attempts and ``timeout`` are those of
+        :meth:`next_id`; NOT_FOUND (no such sequence) and OUT_OF_RANGE (used up) are raised as
+        they are. An answer that is not a positive value raises :class:`WireError`."""
+        request = _wire.next_value_request(name)
+        return self._call(lambda i, t: _wire.next_value_response(self._next_value[i](request, timeout=t)), timeout)
+
+    def batch_values(self, name: str, n: int, *, timeout: float | None = None) -> list[int]:
+        """``n`` values of the named sequence ``name``, increasing, from one server in one
+        BatchValues call, as :meth:`batch` gets IDs. An answer of another count, or of values
+        not positive and increasing, raises :class:`WireError`."""
+        request = _wire.batch_values_request(name, n)
+
+        def call(i: int, t: float) -> list[int]:
+            values = _wire.batch_values_response(self._batch_values[i](request, timeout=t))
+            if len(values) != n:
+                raise _wire.WireError(f"asked the server for {n} values, it answered {len(values)}")
+            return values
+
+        return self._call(call, timeout)
 
     def close(self) -> None:
         """Ends the client at once: the buffer stops refilling, every call waiting on the

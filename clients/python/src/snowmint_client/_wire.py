@@ -10,6 +10,10 @@ and types against the proto file.
     BatchUuidsRequest { uint32 count = 1; }
                                           BatchUuidsResponse { repeated bytes uuids = 1;
                                                                repeated string texts = 2; }
+    NextValueRequest { string sequence = 1; }
+                                          NextValueResponse { int64 value = 1; }
+    BatchValuesRequest { string sequence = 1; uint32 count = 2; }
+                                          BatchValuesResponse { repeated int64 values = 1; }
 
 The UUIDs are read from their bytes alone (each must be 16); the texts are skipped. Any other
 field of an answer (a newer server's) is skipped, as protobuf readers do.
@@ -17,6 +21,7 @@ field of an answer (a newer server's) is skipped, as protobuf readers do.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 
@@ -26,6 +31,8 @@ NEXT_ID = "/snowmint.v1.IdService/NextId"
 BATCH_IDS = "/snowmint.v1.IdService/BatchIds"
 NEXT_UUID = "/snowmint.v1.IdService/NextUuid"
 BATCH_UUIDS = "/snowmint.v1.IdService/BatchUuids"
+NEXT_VALUE = "/snowmint.v1.IdService/NextValue"
+BATCH_VALUES = "/snowmint.v1.IdService/BatchValues"
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
@@ -170,3 +177,96 @@ def batch_uuids_response(data: bytes) -> list[uuid.UUID]:
 def identity(data: bytes) -> bytes:
     """The serializer of requests already encoded."""
     return data
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _sequence_field(name: str) -> bytearray:
+    """Field 1, the sequence's name, as a string (omitted when empty, its default)."""
+    out = bytearray()
+    data = name.encode()
+    if data:
+        out.append(0x0A)
+        _put_varint(out, len(data))
+        out += data
+    return out
+
+
+def next_value_request(name: str) -> bytes:
+    """NextValueRequest { sequence }."""
+    return bytes(_sequence_field(name))
+
+
+def batch_values_request(name: str, count: int) -> bytes:
+    """BatchValuesRequest { sequence, count }: count as field 2, a varint (omitted at 0)."""
+    if not 0 <= count < 1 << 32:
+        raise ValueError(f"count {count} does not fit a uint32")
+    out = _sequence_field(name)
+    if count:
+        out.append(0x10)
+        _put_varint(out, count)
+    return bytes(out)
+
+
+def _int64s(data: bytes) -> list[int]:
+    """Every value of field 1 (int64, a varint read as two's complement), packed or not; other
+    fields skipped."""
+    values: list[int] = []
+    at, end = 0, len(data)
+
+    def signed(value: int) -> int:
+        value &= (1 << 64) - 1
+        return value - (1 << 64) if value >= 1 << 63 else value
+
+    while at < end:
+        key, at = _varint(data, at)
+        field, kind = key >> 3, key & 7
+        if kind == _VARINT:
+            value, at = _varint(data, at)
+            if field == 1:
+                values.append(signed(value))
+        elif kind == _FIXED64:
+            at += 8
+        elif kind == _LENGTH:
+            length, at = _varint(data, at)
+            if at + length > end:
+                raise WireError("a length-delimited field runs past the message")
+            if field == 1:
+                inner = at
+                while inner < at + length:
+                    value, inner = _varint(data, inner)
+                    values.append(signed(value))
+                if inner != at + length:
+                    raise WireError("packed int64s run past their field")
+            at += length
+        elif kind == _FIXED32:
+            at += 4
+        else:
+            raise WireError(f"wire type {kind} of field {field}")
+    if at != end:
+        raise WireError("a field runs past the message")
+    return values
+
+
+def _positive_increasing(values: list[int]) -> list[int]:
+    if any(v < 1 for v in values) or any(a >= b for a, b in itertools.pairwise(values)):
+        raise WireError("sequence values that are not positive and increasing")
+    return values
+
+
+def next_value_response(data: bytes) -> int:
+    """NextValueResponse's value (a repeated one's last value wins). Raises :class:`WireError`
+    unless it is positive."""
+    values = _int64s(data)
+    return _positive_increasing(values[-1:] if values else [0])[0]
+
+
+def batch_values_response(data: bytes) -> list[int]:
+    """BatchValuesResponse's values. Raises :class:`WireError` unless they are positive and
+    increasing."""
+    return _positive_increasing(_int64s(data))
