@@ -5,11 +5,15 @@ import dev.snowmint.v1.BatchIdsRequest;
 import dev.snowmint.v1.BatchIdsResponse;
 import dev.snowmint.v1.BatchUuidsRequest;
 import dev.snowmint.v1.BatchUuidsResponse;
+import dev.snowmint.v1.BatchValuesRequest;
+import dev.snowmint.v1.BatchValuesResponse;
 import dev.snowmint.v1.IdServiceGrpc;
 import dev.snowmint.v1.NextIdRequest;
 import dev.snowmint.v1.NextIdResponse;
 import dev.snowmint.v1.NextUuidRequest;
 import dev.snowmint.v1.NextUuidResponse;
+import dev.snowmint.v1.NextValueRequest;
+import dev.snowmint.v1.NextValueResponse;
 import io.grpc.ChannelCredentials;
 import io.grpc.ConnectivityState;
 import io.grpc.Grpc;
@@ -164,6 +168,16 @@ final class EndpointPool {
         return failingOver(EndpointPool::nextUuidCall, deadline);
     }
 
+    /** One {@code NextValue} call of sequence {@code name}, failing over as {@link #fetch(int, long)} does. */
+    CompletableFuture<Long> nextValue(String name, long deadline) {
+        return failingOver(stub -> nextValueCall(stub, name), deadline);
+    }
+
+    /** One {@code BatchValues} call of {@code count} of sequence {@code name}, failing over as {@link #fetch(int, long)} does. */
+    CompletableFuture<long[]> fetchValues(String name, int count, long deadline) {
+        return failingOver(stub -> batchValuesCall(stub, name, count), deadline);
+    }
+
     /** One {@code BatchUuids} call of {@code count}, failing over as {@link #fetch(int, long)} does. */
     CompletableFuture<List<UUID>> fetchUuids(int count, long deadline) {
         return failingOver(stub -> batchUuidsCall(stub, count), deadline);
@@ -279,6 +293,37 @@ final class EndpointPool {
         Unary<NextUuidResponse> response = new Unary<>();
         stub.nextUuid(NextUuidRequest.getDefaultInstance(), response);
         return response.thenApply(r -> uuidOf(r.getUuid()));
+    }
+
+    private static CompletableFuture<Long> nextValueCall(IdServiceGrpc.IdServiceStub stub, String name) {
+        Unary<NextValueResponse> response = new Unary<>();
+        stub.nextValue(NextValueRequest.newBuilder().setSequence(name).build(), response);
+        return response.thenApply(r -> positiveIncreasing(new long[] {r.getValue()})[0]);
+    }
+
+    private static CompletableFuture<long[]> batchValuesCall(IdServiceGrpc.IdServiceStub stub, String name, int count) {
+        Unary<BatchValuesResponse> response = new Unary<>();
+        stub.batchValues(BatchValuesRequest.newBuilder().setSequence(name).setCount(count).build(), response);
+        return response.thenApply(r -> {
+            if (r.getValuesCount() != count) {
+                throw malformed("asked for " + count + " values, got " + r.getValuesCount());
+            }
+            long[] values = new long[count];
+            for (int i = 0; i < count; i++) {
+                values[i] = r.getValues(i);
+            }
+            return positiveIncreasing(values);
+        });
+    }
+
+    /** A sequence's values as answered: positive and increasing, or a malformed answer. */
+    private static long[] positiveIncreasing(long[] values) {
+        for (int i = 0; i < values.length; i++) {
+            if (values[i] < 1 || (i > 0 && values[i] <= values[i - 1])) {
+                throw malformed("sequence values that are not positive and increasing");
+            }
+        }
+        return values;
     }
 
     private static CompletableFuture<List<UUID>> batchUuidsCall(IdServiceGrpc.IdServiceStub stub, int count) {

@@ -207,6 +207,81 @@ public final class SnowmintClient implements AutoCloseable {
     }
 
     /**
+     * The next value of the named sequence {@code name}, from one {@code NextValue} call (never
+     * buffered): positive, never issued twice. It fails over and keeps deadlines as
+     * {@link #batch(int)} does; {@code NOT_FOUND} (no such sequence) and {@code OUT_OF_RANGE}
+     * (used up) fail with {@link SnowmintRejectedException}, as the server answered.
+     *
+     * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
+     * @throws SnowmintRejectedException    the server rejected the request, or its answer was
+     *                                      malformed ({@code INTERNAL})
+     */
+    public long nextValue(String name) {
+        return await(nextValueAsync(name));
+    }
+
+    /** Like {@link #nextValue(String)}, bounded by {@code timeout} as {@link #nextId(Duration)} is. */
+    public long nextValue(String name, Duration timeout) {
+        return await(nextValueAsync(name, timeout));
+    }
+
+    /** Like {@link #nextValue(String)}, without blocking. Cancelling the future stops further attempts. */
+    public CompletableFuture<Long> nextValueAsync(String name) {
+        return value(name, EndpointPool.NO_DEADLINE);
+    }
+
+    /** Like {@link #nextValue(String, Duration)}, without blocking. */
+    public CompletableFuture<Long> nextValueAsync(String name, Duration timeout) {
+        return value(name, deadline(timeout));
+    }
+
+    private CompletableFuture<Long> value(String name, long deadline) {
+        if (pool.isClosed()) {
+            return CompletableFuture.failedFuture(EndpointPool.closedError());
+        }
+        return pool.nextValue(name, deadline);
+    }
+
+    /**
+     * {@code count} values of the named sequence {@code name}, increasing, from one server in
+     * one {@code BatchValues} call; never buffered.
+     *
+     * @param count how many: 1 up to the server's maximum batch, as for {@link #batch(int)}
+     * @throws IllegalArgumentException for a negative count, which the wire format cannot carry
+     * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
+     * @throws SnowmintRejectedException    the server rejected the request, or its answer was
+     *                                      malformed ({@code INTERNAL})
+     */
+    public long[] batchValues(String name, int count) {
+        return await(batchValuesAsync(name, count));
+    }
+
+    /** Like {@link #batchValues(String, int)}, bounded by {@code timeout} as {@link #nextId(Duration)} is. */
+    public long[] batchValues(String name, int count, Duration timeout) {
+        return await(batchValuesAsync(name, count, timeout));
+    }
+
+    /** Like {@link #batchValues(String, int)}, without blocking. Cancelling the future stops further attempts. */
+    public CompletableFuture<long[]> batchValuesAsync(String name, int count) {
+        return fetchValues(name, count, EndpointPool.NO_DEADLINE);
+    }
+
+    /** Like {@link #batchValues(String, int, Duration)}, without blocking. */
+    public CompletableFuture<long[]> batchValuesAsync(String name, int count, Duration timeout) {
+        return fetchValues(name, count, deadline(timeout));
+    }
+
+    private CompletableFuture<long[]> fetchValues(String name, int count, long deadline) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count must not be negative, got " + count);
+        }
+        if (pool.isClosed()) {
+            return CompletableFuture.failedFuture(EndpointPool.closedError());
+        }
+        return pool.fetchValues(name, count, deadline);
+    }
+
+    /**
      * {@code count} UUIDv7s, strictly increasing (as unsigned 128-bit numbers, {@link Uuids#ORDER},
      * and so as text), from one server in one {@code BatchUuids} call ({@code count} 1 too);
      * never from the buffer. The list is unmodifiable.
