@@ -140,6 +140,36 @@ export class SnowmintClient {
   }
 
   /**
+   * The next value of the named sequence `name`, from one `NextValue` call (never buffered):
+   * positive, never issued twice, as a `bigint`. It fails over and keeps deadlines as
+   * {@link batch} does; `NOT_FOUND` (no such sequence) and `OUT_OF_RANGE` (used up) reject with
+   * `RejectedError`, as the server answered. A value that is not positive rejects with
+   * `RejectedError` (`INTERNAL`).
+   */
+  async nextValue(name: string, options?: CallOptions): Promise<bigint> {
+    if (this.pool.closed) {
+      throw new ClientClosedError();
+    }
+    return this.pool.nextValue(name, boundOf(options));
+  }
+
+  /**
+   * `count` values of the named sequence `name`, increasing, from one server in one
+   * `BatchValues` call, with the failover of {@link batch}. Values not positive and
+   * increasing, or another count than asked, reject with `RejectedError` (`INTERNAL`).
+   * @throws RangeError for a count that is not a whole number from 0 to 2^32 - 1
+   */
+  async batchValues(name: string, count: number, options?: CallOptions): Promise<bigint[]> {
+    if (!Number.isInteger(count) || count < 0 || count > 0xffff_ffff) {
+      throw new RangeError(`count must be a whole number from 0 to 2^32 - 1, got ${count}`);
+    }
+    if (this.pool.closed) {
+      throw new ClientClosedError();
+    }
+    return this.pool.batchValues(name, count, boundOf(options));
+  }
+
+  /**
    * Ends the client at once: the buffer stops refilling, every call waiting on the client (on
    * an empty buffer, on a shared call, or in an attempt on a server) rejects with
    * `ClientClosedError`, the connections close, and every later call rejects with it too.

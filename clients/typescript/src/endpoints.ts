@@ -15,17 +15,23 @@ import { Uuid } from './uuid.js';
 import {
   BATCH_IDS,
   BATCH_UUIDS,
+  BATCH_VALUES,
   NEXT_ID,
   NEXT_UUID,
+  NEXT_VALUE,
   batchIdsRequest,
   batchIdsResponse,
   batchUuidsRequest,
   batchUuidsResponse,
+  batchValuesRequest,
+  batchValuesResponse,
   identity,
   nextIdRequest,
   nextIdResponse,
   nextUuidRequest,
   nextUuidResponse,
+  nextValueRequest,
+  nextValueResponse,
 } from './wire.js';
 
 /**
@@ -84,6 +90,16 @@ function counted<T>(what: string, count: number, values: T[]): T[] {
   if (values.length !== count) {
     throw malformed(`asked for ${count} ${what}, got ${values.length}`);
   }
+  return values;
+}
+
+/** A sequence's values as answered: positive and increasing, or a malformed answer. */
+function positiveIncreasing(values: bigint[]): bigint[] {
+  values.forEach((value, i) => {
+    if (value < 1n || (i > 0 && value <= values[i - 1]!)) {
+      throw malformed('sequence values that are not positive and increasing');
+    }
+  });
   return values;
 }
 
@@ -155,6 +171,22 @@ export class EndpointPool {
   batchUuids(count: number, bound: Bound): Promise<Uuid[]> {
     return this.fetch(bound, async (endpoint, attempt) =>
       counted('UUIDs', count, await this.unary(endpoint, BATCH_UUIDS, batchUuidsRequest(count), batchUuidsResponse, attempt)).map(uuidOf),
+    );
+  }
+
+  /** One `NextValue` call of sequence `name`, failing over. */
+  nextValue(name: string, bound: Bound): Promise<bigint> {
+    const request = nextValueRequest(name);
+    return this.fetch(bound, async (endpoint, attempt) =>
+      positiveIncreasing([await this.unary(endpoint, NEXT_VALUE, request, nextValueResponse, attempt)])[0]!,
+    );
+  }
+
+  /** One `BatchValues` call of `count` of sequence `name`, failing over. */
+  batchValues(name: string, count: number, bound: Bound): Promise<bigint[]> {
+    const request = batchValuesRequest(name, count);
+    return this.fetch(bound, async (endpoint, attempt) =>
+      positiveIncreasing(counted('values', count, await this.unary(endpoint, BATCH_VALUES, request, batchValuesResponse, attempt))),
     );
   }
 

@@ -9,17 +9,24 @@
  *     BatchIdsRequest { uint32 count = 1; }   BatchIdsResponse { repeated fixed64 ids = 1; }
  *     NextUuidRequest {}                      NextUuidResponse { bytes uuid = 1; }
  *     BatchUuidsRequest { uint32 count = 1; } BatchUuidsResponse { repeated bytes uuids = 1; }
+ *     NextValueRequest { string sequence = 1; }
+ *                                             NextValueResponse { int64 value = 1; }
+ *     BatchValuesRequest { string sequence = 1; uint32 count = 2; }
+ *                                             BatchValuesResponse { repeated int64 values = 1; }
  *
  * Any other field of an answer (a newer server's, or the UUIDs' `text`/`texts`, which the
  * client writes itself from the bytes) is skipped, as protobuf readers do. Each fixed64 is read
  * as a `bigint` from its eight bytes, never through a JS `number`; each bytes field as the bytes
- * it holds, whatever their length (the caller checks that a UUID has 16).
+ * it holds, whatever their length (the caller checks that a UUID has 16); each int64 as a
+ * `bigint` from its varint, two's complement.
  */
 
 export const NEXT_ID = '/snowmint.v1.IdService/NextId';
 export const BATCH_IDS = '/snowmint.v1.IdService/BatchIds';
 export const NEXT_UUID = '/snowmint.v1.IdService/NextUuid';
 export const BATCH_UUIDS = '/snowmint.v1.IdService/BatchUuids';
+export const NEXT_VALUE = '/snowmint.v1.IdService/NextValue';
+export const BATCH_VALUES = '/snowmint.v1.IdService/BatchValues';
 
 const VARINT = 0;
 const FIXED64 = 1;
@@ -185,6 +192,99 @@ export function nextUuidResponse(data: Buffer): Buffer {
 /** BatchUuidsResponse's uuids. */
 export function batchUuidsResponse(data: Buffer): Buffer[] {
   return byteStrings(data);
+}
+
+/** `value` as a varint's bytes (a whole number from 0 to 2^32 - 1 here). */
+function putVarint(bytes: number[], value: number): void {
+  while (value >= 0x80) {
+    bytes.push((value & 0x7f) | 0x80);
+    value = Math.floor(value / 0x80);
+  }
+  bytes.push(value);
+}
+
+/** Field 1, a sequence's name, as a string (omitted when empty, its default). */
+function sequenceField(name: string): number[] {
+  const bytes: number[] = [];
+  const utf8 = Buffer.from(name, 'utf8');
+  if (utf8.length > 0) {
+    bytes.push(0x0a);
+    putVarint(bytes, utf8.length);
+    bytes.push(...utf8);
+  }
+  return bytes;
+}
+
+/** NextValueRequest { sequence }. */
+export function nextValueRequest(name: string): Buffer {
+  return Buffer.from(sequenceField(name));
+}
+
+/** BatchValuesRequest { sequence, count }: count as field 2, a varint (omitted at 0). */
+export function batchValuesRequest(name: string, count: number): Buffer {
+  if (!Number.isInteger(count) || count < 0 || count > 0xffff_ffff) {
+    throw new RangeError(`count ${count} does not fit a uint32`);
+  }
+  const bytes = sequenceField(name);
+  if (count > 0) {
+    bytes.push(0x10);
+    putVarint(bytes, count);
+  }
+  return Buffer.from(bytes);
+}
+
+/** The varint at `at` as a signed 64-bit `bigint` (two's complement), and where it ends. */
+function bigVarint(data: Buffer, at: number): [bigint, number] {
+  let value = 0n;
+  let shift = 0n;
+  for (;;) {
+    if (at >= data.length || shift > 63n) {
+      throw new WireError('a varint runs past the message');
+    }
+    const byte = data[at++]!;
+    value |= BigInt(byte & 0x7f) << shift;
+    if ((byte & 0x80) === 0) {
+      return [BigInt.asIntN(64, value), at];
+    }
+    shift += 7n;
+  }
+}
+
+/** Every value of field 1 (int64), packed or not; other fields skipped. */
+function int64s(data: Buffer): bigint[] {
+  const values: bigint[] = [];
+  fields(data, (field, kind, start, end) => {
+    if (field !== 1) {
+      return;
+    }
+    if (kind === VARINT) {
+      values.push(bigVarint(data, start)[0]);
+    } else if (kind === LENGTH) {
+      let at = start;
+      while (at < end) {
+        let value: bigint;
+        [value, at] = bigVarint(data, at);
+        values.push(value);
+      }
+      if (at !== end) {
+        throw new WireError('packed int64s run past their field');
+      }
+    } else {
+      throw new WireError(`field 1 of wire type ${kind}, not int64`);
+    }
+  });
+  return values;
+}
+
+/** NextValueResponse's value (0 when absent, as protobuf reads a missing field). */
+export function nextValueResponse(data: Buffer): bigint {
+  const values = int64s(data);
+  return values.length > 0 ? values[values.length - 1]! : 0n;
+}
+
+/** BatchValuesResponse's values. */
+export function batchValuesResponse(data: Buffer): bigint[] {
+  return int64s(data);
 }
 
 /** The serializer of requests already encoded. */
