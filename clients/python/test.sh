@@ -21,4 +21,8 @@ echo "== ruff, mypy"
 .venv/bin/ruff check -q .
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest -q -p no:cacheprovider
+# The tests' temp dirs under one dir of this run's, removed however the run ends (pytest's
+# own base dir, /tmp/pytest-of-<user>, would keep them).
+basetemp=$(mktemp -d)
+trap 'rm -rf "$basetemp"' EXIT
+.venv/bin/python -m pytest -q -p no:cacheprovider --basetemp "$basetemp/pytest"
