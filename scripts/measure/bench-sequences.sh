@@ -109,10 +109,11 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 
 declare -A runs
 for round in $(seq "$rounds"); do
-  bench --method next --concurrency 64 --connections 4 >"$work/next.txt"
-  runs[next]+=" $(field calls/s "$work/next.txt")"
-  bench --method next-value --concurrency 64 --connections 4 >"$work/next-value.txt"
-  runs[next-value]+=" $(field calls/s "$work/next-value.txt")"
+  for method in next next-value; do
+    bench --method "$method" --concurrency 64 --connections 4 >"$work/$method.txt"
+    runs[$method]+=" $(field calls/s "$work/$method.txt")"
+    runs[$method-p99]+=" $(python3 scripts/measure/latency_ms.py "$work/$method.txt" p99)"
+  done
   runs[pg-one]+=" $(pgbench_tps "$work/one.sql" 64)"
   runs[redis-one]+=" $(redis_rps 64 INCR s)"
   bench --method batch --batch-size 4096 --concurrency 16 --connections 4 >"$work/batch.txt"
@@ -124,17 +125,24 @@ for round in $(seq "$rounds"); do
   echo "round $round of $rounds done" >&2
 done
 
+# What the store saw: segments claimed for the run's values (one compare-and-set each).
+metrics=$(curl -s "http://127.0.0.1:$admin_port/metrics")
+metric() { printf '%s\n' "$metrics" | awk -v s="$1" 'index($0, s) == 1 { print $2 }'; }
+issued=$(metric 'snowmint_named_sequence_values_issued_total{sequence="bench"}')
+claimed=$(metric 'snowmint_named_sequence_segments_total{result="claimed",sequence="bench"}')
+last_size=$(metric 'snowmint_named_sequence_segment_size{sequence="bench"}')
+
 m() { median ${runs[$1]}; }
 n() { python3 -c "print(f'{round($1):,}')"; }
 cat <<TABLE
 Named sequences beside IDs and the ticket servers, loopback, ${duration} s each, medians of $rounds interleaved rounds:
 
-| one value a call, 64 in flight | per second |
-|---|---:|
-| snowmint \`NextId\` | $(n "$(m next)") |
-| snowmint \`NextValue\` | $(n "$(m next-value)") |
-| PostgreSQL \`nextval\` (pgbench) | $(n "$(m pg-one)") |
-| Redis \`INCR\` (redis-benchmark) | $(n "$(m redis-one)") |
+| one value a call, 64 in flight | per second | p99 |
+|---|---:|---:|
+| snowmint \`NextId\` | $(n "$(m next)") | $(m next-p99) ms |
+| snowmint \`NextValue\` | $(n "$(m next-value)") | $(m next-value-p99) ms |
+| PostgreSQL \`nextval\` (pgbench) | $(n "$(m pg-one)") | |
+| Redis \`INCR\` (redis-benchmark) | $(n "$(m redis-one)") | |
 
 | batches of 4096, 16 in flight | values per second |
 |---|---:|
@@ -142,6 +150,9 @@ Named sequences beside IDs and the ticket servers, loopback, ${duration} s each,
 | snowmint \`BatchValues(4096)\` | $(n "$(m batch-values)") |
 | PostgreSQL \`nextval\` × 4096 in one statement | $(n "$(m pg-batch)") |
 | Redis \`INCRBY 4096\` (a range) | $(n "$(m redis-batch)") |
+
+snowmint's store writes for the sequence: $(n "$claimed") segments for $(n "$issued") values (one
+compare-and-set each), the last of $(n "$last_size") values.
 TABLE
 python3 - "$(m next-value)" "$(m next)" "$(m batch-values)" <<'PY'
 import sys

@@ -16,7 +16,9 @@
 #   - slots: BatchIds IDs/s of one instance holding k = 1, 4 and 8 worker slots, against
 #     k x 4,096,000, and the buffered Rust client's IDs/s to one caller with k = 4; with
 #     --peers, ferroid's tonic server (ferroid-tonic-server 2.0.0) at 1 and 128 workers,
-#     through bench/ferroid-client.
+#     through bench/ferroid-client;
+#   - named sequences: scripts/measure/bench-sequences.sh (NextValue and BatchValues beside
+#     NextId, BatchIds, PostgreSQL's nextval and Redis INCR and INCRBY).
 #
 # Prints Markdown tables (docs/performance.md) and how each target fared.
 #
@@ -563,3 +565,7 @@ mixed_load
 kill "$server"
 wait "$server" 2>/dev/null || true
 slots_load
+
+# --- Named sequences beside PostgreSQL's nextval and Redis INCR: a script of its own (also
+# run alone), with this run's duration and rounds.
+scripts/measure/bench-sequences.sh --duration "$duration" --rounds "$rounds"
