@@ -110,11 +110,33 @@ impl SequencesHandle {
     }
 }
 
+/// The first `count` values of `ranges` (which hold at least that many), taken out of them.
+fn split_off_front(ranges: &mut Vec<Range<u64>>, count: u64) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut left = count;
+    let mut rest = Vec::new();
+    for range in ranges.drain(..) {
+        if left == 0 {
+            rest.push(range);
+            continue;
+        }
+        let n = left.min(range.end - range.start);
+        out.push(range.start..range.start + n);
+        left -= n;
+        if range.start + n < range.end {
+            rest.push(range.start + n..range.end);
+        }
+    }
+    *ranges = rest;
+    out
+}
+
 /// One sequence on this instance: its machine, its callers, the backoff of its store calls.
 struct Entry {
     segments: Segments,
     asks: VecDeque<Ask>,
-    /// Values taken for the caller at the front so far.
+    /// Values taken for the callers at the front so far, in order: a caller gone before its
+    /// turn leaves them to the next.
     gathered: Vec<Range<u64>>,
     gathered_count: u64,
     backoff: Duration,
@@ -237,60 +259,65 @@ impl<S: SequenceStore> Task<S> {
         let entry = self.entries.get_mut(name).unwrap();
         while let Some(front) = entry.asks.front() {
             if front.reply.is_closed() {
+                // Gone (its deadline passed): what was gathered for it goes to the next in line.
                 entry.asks.pop_front();
                 continue;
             }
-            let wanted = front.count - entry.gathered_count;
-            if let Some(error) = entry.segments.error() {
-                let error = match error {
-                    SequenceError::NotFound(_) if self.config.create_on_use => {
-                        let record = Record::new(1, crate::sequence::MAX_VALUE, false).expect("a valid record");
-                        match self.store.create(name, &record).await {
-                            Ok(Created::New(_)) => tracing::info!(sequence = %name, "sequence created on first use"),
-                            Ok(Created::Exists(_)) => {}
-                            Err(error) => tracing::warn!(sequence = %name, %error, "sequence not created on first use"),
-                        }
-                        // A new machine reads it afresh; the callers stay in line.
-                        entry.segments = Segments::new(name, self.config.session, self.config.segments);
-                        break;
-                    }
-                    SequenceError::NotFound(name) => SequenceCallError::NotFound(name),
-                    SequenceError::Exhausted { name, max } => {
-                        SequenceCallError::Exhausted { name, left: 0, max, asked: wanted }
-                    }
-                    other => SequenceCallError::Stopped(other),
+            let wanted = front.count.saturating_sub(entry.gathered_count);
+            if wanted > 0 {
+                // Too few left before the maximum: refused before anything is taken for it.
+                let left = entry.segments.known().map(|r| (r.left() + entry.segments.available(), r.max));
+                let exhausted = match (entry.segments.error(), left) {
+                    (Some(SequenceError::Exhausted { max, .. }), _) => Some((0, max)),
+                    (None, Some((left, max))) if left < wanted => Some((left, max)),
+                    _ => None,
                 };
-                for ask in entry.asks.drain(..) {
-                    let _ = ask.reply.send(Err(error.clone()));
+                if let Some((left, max)) = exhausted {
+                    let ask = entry.asks.pop_front().unwrap();
+                    let (name, asked) = (name.to_string(), ask.count);
+                    let _ = ask.reply.send(Err(SequenceCallError::Exhausted { name, left, max, asked }));
+                    continue;
                 }
-                if matches!(error, SequenceCallError::NotFound(_)) {
-                    // Asked again, it is read again: it may be created meanwhile.
-                    self.entries.remove(name);
+                if let Some(error) = entry.segments.error() {
+                    let error = match error {
+                        SequenceError::NotFound(_) if self.config.create_on_use => {
+                            let record = Record::new(1, crate::sequence::MAX_VALUE, false).expect("a valid record");
+                            match self.store.create(name, &record).await {
+                                Ok(Created::New(_)) => {
+                                    tracing::info!(sequence = %name, "sequence created on first use")
+                                }
+                                Ok(Created::Exists(_)) => {}
+                                Err(error) => {
+                                    tracing::warn!(sequence = %name, %error, "sequence not created on first use")
+                                }
+                            }
+                            // A new machine reads it afresh; the callers stay in line.
+                            entry.segments = Segments::new(name, self.config.session, self.config.segments);
+                            break;
+                        }
+                        SequenceError::NotFound(name) => SequenceCallError::NotFound(name),
+                        other => SequenceCallError::Stopped(other),
+                    };
+                    for ask in entry.asks.drain(..) {
+                        let _ = ask.reply.send(Err(error.clone()));
+                    }
+                    if matches!(error, SequenceCallError::NotFound(_)) {
+                        // Asked again, it is read again: it may be created meanwhile.
+                        self.entries.remove(name);
+                    }
+                    return;
                 }
-                return;
-            }
-            if let Some(record) = entry.segments.known()
-                && record.left() + entry.segments.available() < wanted
-            {
-                let ask = entry.asks.pop_front().unwrap();
-                let _ = ask.reply.send(Err(SequenceCallError::Exhausted {
-                    name: name.to_string(),
-                    left: record.left() + entry.segments.available(),
-                    max: record.max,
-                    asked: ask.count,
-                }));
-                continue;
-            }
-            let taken = entry.segments.take(wanted);
-            let got: u64 = taken.iter().map(|r| r.end - r.start).sum();
-            entry.gathered.extend(taken);
-            entry.gathered_count += got;
-            if got < wanted {
-                break;
+                let taken = entry.segments.take(wanted);
+                let got: u64 = taken.iter().map(|r| r.end - r.start).sum();
+                entry.gathered.extend(taken);
+                entry.gathered_count += got;
+                if got < wanted {
+                    break;
+                }
             }
             let ask = entry.asks.pop_front().unwrap();
-            let values = std::mem::take(&mut entry.gathered);
-            entry.gathered_count = 0;
+            let values = split_off_front(&mut entry.gathered, ask.count);
+            entry.gathered_count -= ask.count;
             let count = ask.count;
             if ask.reply.send(Ok(values)).is_ok() {
                 self.metrics.named_sequence_values.with_label_values(&[name]).inc_by(count);
@@ -344,5 +371,83 @@ impl<S: SequenceStore> Task<S> {
                 let _ = answers.send(Answered { name, id, answer });
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::sync::RwLock;
+
+    use super::*;
+    use crate::sequence::{Listed, MAX_VALUE};
+    use crate::store::Version;
+
+    /// One sequence in memory; its calls wait while the test holds `gate` for writing.
+    struct Memory {
+        state: Mutex<(i64, Option<Record>)>,
+        gate: Arc<RwLock<()>>,
+    }
+
+    impl SequenceStore for Memory {
+        async fn call(&self, _name: &str, op: Op) -> Answer {
+            let _open = self.gate.read().await;
+            let mut state = self.state.lock().unwrap();
+            let current = state.1.clone().map(|record| (Version::At(state.0), record));
+            match op {
+                Op::Read => Answer::Read(current),
+                Op::Write { expect, record } if current.as_ref().map(|c| c.0) == Some(expect) => {
+                    state.0 += 1;
+                    state.1 = Some(record);
+                    Answer::Written(Version::At(state.0))
+                }
+                Op::Write { .. } => Answer::Refused(current),
+            }
+        }
+
+        async fn create(&self, _name: &str, record: &Record) -> Result<Created, String> {
+            let mut state = self.state.lock().unwrap();
+            match &state.1 {
+                Some(existing) => Ok(Created::Exists(existing.clone())),
+                None => {
+                    state.1 = Some(record.clone());
+                    Ok(Created::New(Version::At(state.0)))
+                }
+            }
+        }
+
+        async fn list(&self) -> Result<Vec<Listed>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn values(ranges: &[Range<u64>]) -> Vec<u64> {
+        ranges.iter().flat_map(|r| r.clone()).collect()
+    }
+
+    /// A batch that gathered part of its values and then gave up (its deadline, the store
+    /// held up) leaves what it gathered to the next caller in line: the next gets them at
+    /// once, in order, and nothing is handed out twice or skipped.
+    #[tokio::test]
+    async fn a_caller_gone_mid_batch_leaves_its_values_to_the_next() {
+        let gate = Arc::new(RwLock::new(()));
+        let record = Record::new(1, MAX_VALUE, false).unwrap();
+        let store = Memory { state: Mutex::new((1, Some(record))), gate: gate.clone() };
+        let segments = SegmentConfig { min_size: 10, max_size: 10, target_interval: Duration::from_secs(3) };
+        let config = SequencesConfig { segments, create_on_use: false, session: 7 };
+        let shutdown = CancellationToken::new();
+        let (handle, task) = spawn_sequences(store, config, Metrics::new(), shutdown.clone());
+        let short = Some(Duration::from_millis(200));
+        assert_eq!(values(&handle.take("s", 5, short).await.unwrap()), vec![1, 2, 3, 4, 5]);
+        let held = gate.write().await;
+        let refused = handle.take("s", 8, short).await.unwrap_err();
+        assert!(matches!(refused, SequenceCallError::Deadline { .. }), "{refused:?}");
+        assert_eq!(values(&handle.take("s", 2, short).await.unwrap()), vec![6, 7]);
+        drop(held);
+        let after = values(&handle.take("s", 10, Some(Duration::from_secs(5))).await.unwrap());
+        assert_eq!(after, (8..18).collect::<Vec<_>>());
+        shutdown.cancel();
+        task.await.unwrap();
     }
 }
