@@ -546,6 +546,7 @@ async fn start_sequences(
         create_on_use: config.sequences.create_on_use,
         session: rand::random::<i64>(),
     };
+    tracing::info!(session = settings.session, pid = std::process::id(), "named sequences: claims under session");
     Ok(match &config.slot_source {
         SlotSource::Standalone(standalone) => {
             node::spawn_sequences(FileSequences::new(&standalone.state_dir), settings, metrics.clone(), stop)

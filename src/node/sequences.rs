@@ -336,11 +336,12 @@ impl<S: SequenceStore> Task<S> {
                         .named_sequence_segment_size
                         .with_label_values(&[name])
                         .set((values.end - values.start) as i64);
-                    tracing::debug!(sequence = %name, claim = claim.number, from = values.start, to = values.end - 1, "segment claimed");
+                    // At info: the log's record of which instance (its session) held which values.
+                    tracing::info!(sequence = %name, session = claim.session, claim = claim.number, from = values.start, to = values.end - 1, "segment claimed");
                 }
                 Event::ClaimLost { claim, values } => {
                     self.metrics.named_sequence_segments.with_label_values(&[name, SEGMENT_LOST]).inc();
-                    tracing::warn!(sequence = %name, claim = claim.number, from = values.start, to = values.end - 1, "a segment claim of unknown outcome was given up: its values are a gap");
+                    tracing::warn!(sequence = %name, session = claim.session, claim = claim.number, from = values.start, to = values.end - 1, "a segment claim of unknown outcome was given up: its values are a gap");
                 }
                 Event::GaveBack { values } => {
                     self.metrics.named_sequence_segments.with_label_values(&[name, SEGMENT_GIVEN_BACK]).inc();
