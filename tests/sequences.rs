@@ -272,8 +272,8 @@ async fn hammer(
 
 /// Two servers on a three-member etcd, four callers each: the leader killed, then every
 /// member paused past the callers' deadlines, then resumed. Calls that cannot be answered
-/// are refused `UNAVAILABLE` within their deadlines; calls go on being answered once etcd is
-/// back; no value is handed out twice.
+/// are refused `UNAVAILABLE` (or reach their caller's own deadline first, on a loaded
+/// machine); calls go on being answered once etcd is back; no value is handed out twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sequence_lives_through_etcd_losing_its_leader_and_pausing() {
     let mut etcd = EtcdCluster::start(3).await;
@@ -309,8 +309,13 @@ async fn a_sequence_lives_through_etcd_losing_its_leader_and_pausing() {
     let (got, refused) = load.await.unwrap();
     let unique: BTreeSet<i64> = got.iter().copied().collect();
     assert_eq!(unique.len(), got.len(), "{} values issued twice", got.len() - unique.len());
-    assert!(refused.iter().all(|&code| code == Code::Unavailable), "refusals other than UNAVAILABLE: {refused:?}");
-    assert!(!refused.is_empty(), "no call was refused while etcd was paused");
+    // The server refuses UNAVAILABLE a little before each call's deadline; on a loaded machine
+    // the refusal may reach the caller after its own timer fired (CANCELLED or
+    // DEADLINE_EXCEEDED, the client's doing): no other code.
+    let client_timer = |code: &Code| matches!(code, Code::Cancelled | Code::DeadlineExceeded);
+    let other: Vec<_> = refused.iter().filter(|&code| *code != Code::Unavailable && !client_timer(code)).collect();
+    assert!(other.is_empty(), "refusals other than UNAVAILABLE: {other:?}");
+    assert!(refused.contains(&Code::Unavailable), "no call was refused UNAVAILABLE while etcd was paused: {refused:?}");
     assert!(got.len() as f64 > after_pause + 50.0, "calls were not answered again after etcd came back");
 }
 
