@@ -5,7 +5,6 @@ group when its test ends, whatever the outcome."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import json
 import os
@@ -28,13 +27,10 @@ from snowmint_client import parse_uuid
 ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT = 30.0
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: be killed should the test process die first."""
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+# Killed should the test process die first: util-linux's setpriv sets the parent-death signal
+# and execs the server. Not a preexec_fn: Python code run between fork and exec can deadlock
+# in a process whose other threads (gRPC's) hold locks, and then the server never starts.
+_DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
 
 
 class Server:
@@ -43,6 +39,7 @@ class Server:
     def __init__(self, binary: str, worker_id: int, state_dir: Path, extra: tuple[str, ...] = ()) -> None:
         self.proc = subprocess.Popen(
             [
+                *_DIE_WITH_PARENT,
                 binary,
                 "serve",
                 "--listen",
@@ -62,7 +59,6 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # its own process group, killed whole in teardown
-            preexec_fn=_die_with_parent,
         )
         self._logs: deque[str] = deque(maxlen=50)
         found: queue.Queue[tuple[str, str]] = queue.Queue()
