@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import struct
 import uuid
+from collections.abc import Iterator
 
 from ._core import SnowmintError
 
@@ -74,36 +75,42 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fixed64s(data: bytes) -> list[int]:
-    """Every value of field 1 (fixed64), packed or not; other fields skipped."""
-    ids: list[int] = []
+def _fields(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """Each field of a message: its number, wire type, and where its value's bytes start and
+    end (a length-delimited field's contents; a varint's own bytes)."""
     at, end = 0, len(data)
     while at < end:
         key, at = _varint(data, at)
         field, kind = key >> 3, key & 7
+        start = at
         if kind == _VARINT:
             _, at = _varint(data, at)
         elif kind == _FIXED64:
-            if at + 8 > end:
-                raise WireError("a fixed64 runs past the message")
-            if field == 1:
-                ids.append(int.from_bytes(data[at : at + 8], "little"))
             at += 8
         elif kind == _LENGTH:
-            length, at = _varint(data, at)
-            if at + length > end:
-                raise WireError("a length-delimited field runs past the message")
-            if field == 1:
-                if length % 8:
-                    raise WireError(f"packed fixed64s of {length} bytes")
-                ids.extend(struct.unpack_from(f"<{length // 8}Q", data, at))
-            at += length
+            length, start = _varint(data, at)
+            at = start + length
         elif kind == _FIXED32:
             at += 4
         else:
             raise WireError(f"wire type {kind} of field {field}")
-    if at != end:
-        raise WireError("a field runs past the message")
+        if at > end:
+            raise WireError(f"field {field} runs past the message")
+        yield field, kind, start, at
+
+
+def _fixed64s(data: bytes) -> list[int]:
+    """Every value of field 1 (fixed64), packed or not; other fields skipped."""
+    ids: list[int] = []
+    for field, kind, start, end in _fields(data):
+        if field != 1:
+            continue
+        if kind == _FIXED64:
+            ids.append(int.from_bytes(data[start:end], "little"))
+        elif kind == _LENGTH:
+            if (end - start) % 8:
+                raise WireError(f"packed fixed64s of {end - start} bytes")
+            ids.extend(struct.unpack_from(f"<{(end - start) // 8}Q", data, start))
     return ids
 
 
@@ -131,29 +138,7 @@ def batch_uuids_request(count: int) -> bytes:
 
 def _length_delimited(data: bytes) -> list[bytes]:
     """Every value of field 1 (length-delimited: bytes) in order; other fields skipped."""
-    values: list[bytes] = []
-    at, end = 0, len(data)
-    while at < end:
-        key, at = _varint(data, at)
-        field, kind = key >> 3, key & 7
-        if kind == _VARINT:
-            _, at = _varint(data, at)
-        elif kind == _FIXED64:
-            at += 8
-        elif kind == _LENGTH:
-            length, at = _varint(data, at)
-            if at + length > end:
-                raise WireError("a length-delimited field runs past the message")
-            if field == 1:
-                values.append(data[at : at + length])
-            at += length
-        elif kind == _FIXED32:
-            at += 4
-        else:
-            raise WireError(f"wire type {kind} of field {field}")
-    if at != end:
-        raise WireError("a field runs past the message")
-    return values
+    return [data[start:end] for field, kind, start, end in _fields(data) if field == 1 and kind == _LENGTH]
 
 
 def _uuid(data: bytes) -> uuid.UUID:
@@ -216,40 +201,21 @@ def batch_values_request(name: str, count: int) -> bytes:
 def _int64s(data: bytes) -> list[int]:
     """Every value of field 1 (int64, a varint read as two's complement), packed or not; other
     fields skipped."""
-    values: list[int] = []
-    at, end = 0, len(data)
 
     def signed(value: int) -> int:
         value &= (1 << 64) - 1
         return value - (1 << 64) if value >= 1 << 63 else value
 
-    while at < end:
-        key, at = _varint(data, at)
-        field, kind = key >> 3, key & 7
-        if kind == _VARINT:
+    values: list[int] = []
+    for field, kind, start, end in _fields(data):
+        if field != 1 or kind not in (_VARINT, _LENGTH):
+            continue
+        at = start
+        while at < end:
             value, at = _varint(data, at)
-            if field == 1:
-                values.append(signed(value))
-        elif kind == _FIXED64:
-            at += 8
-        elif kind == _LENGTH:
-            length, at = _varint(data, at)
-            if at + length > end:
-                raise WireError("a length-delimited field runs past the message")
-            if field == 1:
-                inner = at
-                while inner < at + length:
-                    value, inner = _varint(data, inner)
-                    values.append(signed(value))
-                if inner != at + length:
-                    raise WireError("packed int64s run past their field")
-            at += length
-        elif kind == _FIXED32:
-            at += 4
-        else:
-            raise WireError(f"wire type {kind} of field {field}")
-    if at != end:
-        raise WireError("a field runs past the message")
+            values.append(signed(value))
+        if at != end:
+            raise WireError("packed int64s run past their field")
     return values
 
 
