@@ -68,24 +68,20 @@ class AsyncClient:
             )
             for c in self._channels
         ]
-        # The UUID calls' answers are read by the calls themselves, so that a malformed one
-        # raises _wire.WireError (grpc would turn a deserializer's error into INTERNAL, or None).
-        self._next_uuid = [
-            c.unary_unary(_wire.NEXT_UUID, request_serializer=_wire.identity, response_deserializer=_wire.identity)
-            for c in self._channels
-        ]
-        self._batch_uuids = [
-            c.unary_unary(_wire.BATCH_UUIDS, request_serializer=_wire.identity, response_deserializer=_wire.identity)
-            for c in self._channels
-        ]
-        self._next_value = [
-            c.unary_unary(_wire.NEXT_VALUE, request_serializer=_wire.identity, response_deserializer=_wire.identity)
-            for c in self._channels
-        ]
-        self._batch_values = [
-            c.unary_unary(_wire.BATCH_VALUES, request_serializer=_wire.identity, response_deserializer=_wire.identity)
-            for c in self._channels
-        ]
+
+        # The UUID and sequence calls' answers are read by the calls themselves, so that a
+        # malformed one raises _wire.WireError (grpc would turn a deserializer's error into
+        # INTERNAL, or None).
+        def raw(path: str) -> list[Any]:
+            return [
+                c.unary_unary(path, request_serializer=_wire.identity, response_deserializer=_wire.identity)
+                for c in self._channels
+            ]
+
+        self._next_uuid = raw(_wire.NEXT_UUID)
+        self._batch_uuids = raw(_wire.BATCH_UUIDS)
+        self._next_value = raw(_wire.NEXT_VALUE)
+        self._batch_values = raw(_wire.BATCH_VALUES)
         self._closed = False
         self._buffer = None if buffer is None else BufferState(buffer, _monotonic())
         self._refills: set[asyncio.Task[None]] = set()
