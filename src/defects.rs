@@ -43,11 +43,22 @@ pub enum Defect {
     /// The compactor compacts to the revision its winning round saw, keeping no history
     /// (issue 23: the retention of at least one interval dropped).
     CompactToCurrent,
+    /// A named sequence's segment claim written without the compare on its record's
+    /// version: the store applies it whatever is stored. Planted in the write path of the
+    /// simulator's store models (etcd's transaction, the state dir's file), where the real
+    /// stores make the compare.
+    SegmentWithoutCompare,
+    /// A named sequence's values handed out from a claim before the store confirmed it: the
+    /// pending claim's values taken as ready at once (`sequence::segments`).
+    ValueBeforeDurable,
+    /// The holder of an ordered sequence goes on serving it after its lease's deadline
+    /// passed: the deadline check of `node::sequences::lease_of` skipped.
+    OrderedPastLease,
 }
 
 impl Defect {
     /// Every planted defect.
-    pub const ALL: [Defect; 12] = [
+    pub const ALL: [Defect; 15] = [
         Defect::WriteWithoutClaimCheck,
         Defect::DeadlineFromReply,
         Defect::StaleFloorRead,
@@ -60,6 +71,9 @@ impl Defect {
         Defect::StaleWriteLandsLate,
         Defect::FenceIgnored,
         Defect::CompactToCurrent,
+        Defect::SegmentWithoutCompare,
+        Defect::ValueBeforeDurable,
+        Defect::OrderedPastLease,
     ];
 }
 

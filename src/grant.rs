@@ -56,6 +56,9 @@ pub struct Grant {
     /// The boot-time instant ([`crate::clock::Clock::boot_time`]) past which the lease may
     /// have expired; `None` when the claim cannot expire (a local state file).
     pub deadline: Option<Duration>,
+    /// The claim's session (the store's session id, an etcd lease): what else the instance
+    /// holds is bound to it (the ordered sequences it serves), so it lapses with the slots.
+    pub session: Option<i64>,
     /// The keeper extends the reservations only when the minter asks: nothing was minted
     /// lately, so they were left to lapse (an idle instance writes nothing). A minter past
     /// them with nothing to mint is still ready; one with a request asks for an extension

@@ -150,7 +150,7 @@ pub struct Metrics {
     /// gRPC connections closed for not finishing their handshake in time, by
     /// [`HANDSHAKE_TLS`] / [`HANDSHAKE_PROTOCOL`].
     pub connections_handshake_timeouts: IntCounterVec,
-    /// Slot history writes (records appended and closed) by result.
+    /// History writes (slot records appended and closed, segment records written) by result.
     pub history_writes: IntCounterVec,
     pub history_pruned: IntCounter,
     /// Opaque IDs encoded for callers and revealed, by [`OPAQUE_ENCODED`] / [`OPAQUE_REVEALED`].
@@ -362,14 +362,16 @@ impl Metrics {
         let history_writes = IntCounterVec::new(
             Opts::new(
                 "snowmint_history_writes_total",
-                "Slot history writes (claims recorded, records closed) by result; failed and dropped ones leave a gap in the history, never in minting.",
+                "History writes (slot claims recorded, records closed, sequence segments recorded and given back) by result; failed and dropped ones leave a gap in the history, never in minting.",
             ),
             &["result"],
         )
         .unwrap();
-        let history_pruned =
-            IntCounter::new("snowmint_history_pruned_total", "Slot history records deleted after --history-retention.")
-                .unwrap();
+        let history_pruned = IntCounter::new(
+            "snowmint_history_pruned_total",
+            "History records (slots', segments') deleted after --history-retention.",
+        )
+        .unwrap();
         let opaque_ids = IntCounterVec::new(
             Opts::new(
                 "snowmint_opaque_ids_total",

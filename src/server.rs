@@ -27,6 +27,7 @@ use crate::grant::Minted;
 use crate::history::etcd::EtcdBook;
 use crate::history::file::FileBook;
 use crate::history::recorder::{self, RecorderConfig, RecorderHandle, Tap};
+use crate::history::segment_recorder::{self, SegmentRecorderConfig, SegmentRecorderHandle, SegmentTap};
 use crate::history::{Book, Holder};
 use crate::keeper::{self, KeeperConfig, SlotPolicy};
 use crate::layout::{Layout, LayoutError};
@@ -112,6 +113,8 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// How long closed slot history records are kept; `None`: no history is kept.
     pub history_retention: Option<Duration>,
+    /// The most segment records kept per named sequence.
+    pub history_max_segments: usize,
     /// Where the clock filter's memory is kept across restarts ([`crate::clock_memory`]):
     /// the state dir, in either mode. `None`: nowhere (each start trusts its first reading).
     pub clock_memory_dir: Option<PathBuf>,
@@ -130,6 +133,10 @@ pub struct ServeConfig {
 pub struct SequencesSettings {
     pub segments: SegmentConfig,
     pub create_on_use: bool,
+    /// Where the fleet forwards the calls of the ordered sequences this instance serves;
+    /// `None`: the gRPC listener's address (the host name's, when it listens on every
+    /// interface).
+    pub advertise_address: Option<String>,
 }
 
 /// Why the server could not start or run.
@@ -231,16 +238,22 @@ async fn keep_clock_memory(clock: Arc<FilteredClock>, memory: ClockMemory, shutd
 /// How long the final reservation and the release may take on shutdown.
 const FINISH_LIMIT: Duration = Duration::from_secs(5);
 
-/// The slot history of a running server: where it is read and written, and the recorder.
+/// The history of a running server: where it is read and written, and the recorders of the
+/// slots and of the sequences' segments.
 struct History {
     book: Arc<dyn Book>,
     recorder: RecorderHandle,
+    segments: SegmentRecorderHandle,
 }
 
-/// Opens the slot history's book and starts its recorder, unless history is off. A book
-/// that cannot be set up leaves the server without history (logged and counted), never
-/// without minting.
-async fn start_history(config: &ServeConfig, clock: &Arc<dyn Clock>, metrics: &Metrics) -> Option<(Tap, History)> {
+/// Opens the history's book and starts its recorders (the taps of the keeper and of the
+/// sequences), unless history is off. A book that cannot be set up leaves the server without
+/// history (logged and counted), never without minting.
+async fn start_history(
+    config: &ServeConfig,
+    clock: &Arc<dyn Clock>,
+    metrics: &Metrics,
+) -> Option<(Tap, SegmentTap, History)> {
     let retention = config.history_retention?;
     let (book, hostname, leased, held): (Arc<dyn Book>, String, bool, usize) = match &config.slot_source {
         SlotSource::Standalone(standalone) => (
@@ -258,15 +271,12 @@ async fn start_history(config: &ServeConfig, clock: &Arc<dyn Clock>, metrics: &M
             }
         },
     };
-    let recorder_config = RecorderConfig {
-        holder: Holder::this_process(hostname, clock.wall_ms()),
-        retention,
-        leased,
-        slots: config.layout.max_worker() + 1,
-        held,
-    };
+    let holder = Holder::this_process(hostname, clock.wall_ms());
+    let segment_config = SegmentRecorderConfig { holder: holder.clone(), retention, keep: config.history_max_segments };
+    let recorder_config = RecorderConfig { holder, retention, leased, slots: config.layout.max_worker() + 1, held };
     let (tap, recorder) = recorder::spawn(book.clone(), recorder_config, clock.clone(), metrics.clone());
-    Some((tap, History { book, recorder }))
+    let (segment_tap, segments) = segment_recorder::spawn(book.clone(), segment_config, clock.clone(), metrics.clone());
+    Some((tap, segment_tap, History { book, recorder, segments }))
 }
 
 /// Opens the store and starts the keeper: the slot is claimed and its first reservation
@@ -369,9 +379,9 @@ pub async fn run(
     let clock: Arc<dyn Clock> = filtered_clock;
 
     // A record is written only once a claim is granted: a start that fails writes none.
-    let (tap, history) = match start_history(&config, &clock, &metrics).await {
-        Some((tap, history)) => (Some(tap), Some(history)),
-        None => (None, None),
+    let (tap, segment_tap, history) = match start_history(&config, &clock, &metrics).await {
+        Some((tap, segment_tap, history)) => (Some(tap), Some(segment_tap), Some(history)),
+        None => (None, None, None),
     };
     // What etcd's alarms say, from every etcd call of this instance: for the metric, the logs
     // and the minter's refusals.
@@ -416,7 +426,13 @@ pub async fn run(
         metrics.opaque_key_version.set(i64::from(current));
         tracing::info!(versions = ?keys.versions(), current, "opaque IDs on: made with the current key, revealed with any");
     }
-    let sequences = start_sequences(&config, &metrics, stop_minter.clone()).await?;
+    let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
+    let fleet = node::Fleet {
+        holding: keeper.holding.clone(),
+        clock: clock.clone(),
+        address: advertised(config.sequences.advertise_address.as_deref(), grpc_addr),
+    };
+    let sequences = start_sequences(&config, &metrics, fleet, segment_tap, stop_minter.clone()).await?;
     let service = Arc::new(Service::new(
         mint,
         config.layout.clone(),
@@ -424,9 +440,11 @@ pub async fn run(
         metrics.clone(),
         config.opaque.clone(),
         history.as_ref().map(|h| h.book.clone()),
-        sequences.0,
+        crate::rpc::service::Sequences {
+            handle: sequences.0,
+            forwarder: crate::rpc::forward::Forwarder::new(forward_tls(config.tls.as_ref())?),
+        },
     ));
-    let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
     // HTTP/1.1 as well as HTTP/2, for the Connect protocol: each connection is served as the
     // HTTP/2 preface (or, with TLS, ALPN) says.
     crate::rpc::connections::raise_open_files(config.limits.max_connections);
@@ -521,6 +539,8 @@ pub async fn run(
     }
     if let Some(history) = history {
         history.recorder.finish(FINISH_LIMIT).await;
+        // The sequences' task has ended (above), and with it the segments' tap.
+        history.segments.finish(FINISH_LIMIT).await;
     }
     let _ = health_task.await;
     if let Some(task) = memory_task {
@@ -533,18 +553,27 @@ pub async fn run(
 }
 
 /// Starts the named sequences' task over the store beside the slots: etcd's prefix, or the
-/// state dir. It stops with `stop` (after the calls in flight), giving back what it can.
+/// state dir. It stops with `stop` (after the calls in flight), giving back what it can. The
+/// segments it holds go on record through `history`, if given.
 async fn start_sequences(
     config: &ServeConfig,
     metrics: &Metrics,
+    fleet: node::Fleet,
+    history: Option<SegmentTap>,
     stop: CancellationToken,
 ) -> Result<(SequencesHandle, tokio::task::JoinHandle<()>), ServeError> {
     // What this instance's segment claims are named by: a number drawn at each start, so that
-    // no two instances (nor two runs of one) share it.
+    // no two instances (nor two runs of one) share it. In a fleet, ordered sequences are held
+    // under the keeper's lease; alone on a state dir, this instance holds every one.
     let settings = SequencesConfig {
         segments: config.sequences.segments,
         create_on_use: config.sequences.create_on_use,
         session: rand::random::<i64>(),
+        fleet: matches!(config.slot_source, SlotSource::Etcd(_)).then(|| {
+            tracing::info!(address = %fleet.address, "ordered sequences this instance serves are forwarded to it at this address");
+            fleet
+        }),
+        history,
     };
     tracing::info!(session = settings.session, pid = std::process::id(), "named sequences: claims under session");
     Ok(match &config.slot_source {
@@ -556,6 +585,39 @@ async fn start_sequences(
             node::spawn_sequences(store, settings, metrics.clone(), stop)
         }
     })
+}
+
+/// How forwarded calls reach the instance serving an ordered sequence under TLS: showing this
+/// instance's certificate (for mutual TLS), and checking the other's against the client CA
+/// when there is one, else against the chain of this instance's own certificate file (a fleet
+/// that shares one certificate, or whose file carries its CA).
+fn forward_tls(tls: Option<&GrpcTls>) -> Result<Option<tonic::transport::ClientTlsConfig>, ServeError> {
+    let Some(tls) = tls else { return Ok(None) };
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| ServeError::Claim(format!("cannot read {}: {e}", path.display())))
+    };
+    let (cert, key) = (read(&tls.cert)?, read(&tls.key)?);
+    let ca = match &tls.client_ca {
+        Some(ca) => read(ca)?,
+        None => cert.clone(),
+    };
+    Ok(Some(
+        tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+            .identity(tonic::transport::Identity::from_pem(cert, key)),
+    ))
+}
+
+/// The address the fleet reaches this instance at: the one given, or the listener's (with the
+/// host name for an unspecified IP).
+fn advertised(given: Option<&str>, listening: std::net::SocketAddr) -> String {
+    match given {
+        Some(address) => address.to_string(),
+        None if listening.ip().is_unspecified() => {
+            format!("{}:{}", crate::store::etcd::hostname(), listening.port())
+        }
+        None => listening.to_string(),
+    }
 }
 
 /// Mirrors readiness into the gRPC health service (overall and for the ID service).

@@ -187,6 +187,112 @@ async fn next_value_and_batch_values_fail_over_and_not_found_is_final() {
     without.stop().await;
 }
 
+/// A standalone server's state dir with the sequences `(name, start, max, ordered)` made in it.
+async fn with_sequences(sequences: &[(&str, i64, i64, bool)]) -> ServerBuilder {
+    let builder = ServerBuilder::new();
+    let store = snowmint::sequence::file::FileSequences::new(builder.state_path());
+    for &(name, start, max, ordered) in sequences {
+        let record = snowmint::sequence::Record::new(start as u64, max as u64, ordered).unwrap();
+        snowmint::sequence::SequenceStore::create(&store, name, &record).await.unwrap();
+    }
+    builder
+}
+
+/// The sequence calls a server answered, by method and code.
+async fn value_calls(server: &TestServer, method: &str, code: &str) -> f64 {
+    server.metric(&format!(r#"snowmint_requests_total{{code="{code}",method="{method}",protocol="grpc"}}"#)).await
+}
+
+/// With `sequence_prefetch(n)`, m calls of an unordered sequence are one `NextValue` (which
+/// learns it is unordered) and about m/n `BatchValues`; two clients interleaving see their
+/// values in blocks of n; the last values before the sequence's maximum are still handed out;
+/// an ordered sequence is never buffered: two clients taking turns get increasing values.
+#[tokio::test]
+async fn sequence_prefetch_buffers_unordered_sequences_only() {
+    let server =
+        with_sequences(&[("orders", 1, 1_000_000, false), ("invoices", 1, 1_000_000, true), ("short", 1, 25, false)])
+            .await
+            .start()
+            .await;
+    let prefetched = || Client::builder([server.url()]).sequence_prefetch(10).connect().unwrap();
+    let (a, b) = (prefetched(), prefetched());
+    let mut from_a = Vec::new();
+    let mut from_b = Vec::new();
+    for _ in 0..50 {
+        from_a.push(a.next_value("orders").await.unwrap());
+        from_b.push(b.next_value("orders").await.unwrap());
+    }
+    for values in [&from_a, &from_b] {
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+        // After the first value, each client's values come in runs of 10 consecutive ones.
+        let jumps = values[1..].windows(2).filter(|w| w[1] != w[0] + 1).count();
+        assert!(jumps <= 5, "{jumps} jumps: {values:?}");
+    }
+    let mut all: Vec<i64> = from_a.iter().chain(&from_b).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 100);
+    assert_eq!(value_calls(&server, "NextValue", "OK").await, 2.0);
+    assert_eq!(value_calls(&server, "BatchValues", "OK").await, 10.0);
+
+    for _ in 0..10 {
+        let (x, y) = (a.next_value("invoices").await.unwrap(), b.next_value("invoices").await.unwrap());
+        assert!(x < y, "{x} then {y}");
+        let z = a.next_value("invoices").await.unwrap();
+        assert!(y < z, "{y} then {z}");
+    }
+    assert_eq!(value_calls(&server, "NextValue", "OK").await, 2.0 + 30.0);
+    assert_eq!(value_calls(&server, "BatchValues", "OK").await, 10.0);
+
+    let mut short = Vec::new();
+    let error = loop {
+        match a.next_value("short").await {
+            Ok(value) => short.push(value),
+            Err(error) => break error,
+        }
+        assert!(short.len() <= 25, "{short:?}");
+    };
+    assert_eq!(short, (1..=25).collect::<Vec<i64>>());
+    assert_eq!(error.code(), Code::OutOfRange, "{error}");
+    assert!(matches!(a.next_value("missing").await, Err(ClientError::Rejected(s)) if s.code() == Code::NotFound));
+    a.close();
+    assert!(matches!(a.next_value("orders").await, Err(ClientError::Closed)));
+    server.stop().await;
+}
+
+/// Many tasks on one client with `sequence_prefetch`: every value distinct, few calls.
+#[tokio::test]
+async fn sequence_prefetch_shares_refills_between_concurrent_callers() {
+    let server = with_sequences(&[("orders", 1, 1_000_000, false)]).await.start().await;
+    let client = Client::builder([server.url()]).sequence_prefetch(100).connect().unwrap();
+    let tasks: Vec<_> = (0..500)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.next_value("orders").await.unwrap() })
+        })
+        .collect();
+    let mut values = Vec::new();
+    for task in tasks {
+        values.push(common::join_within(task, Duration::from_secs(30), "a next_value").await);
+    }
+    values.sort_unstable();
+    values.dedup();
+    assert_eq!(values.len(), 500);
+    let calls = value_calls(&server, "NextValue", "OK").await + value_calls(&server, "BatchValues", "OK").await;
+    assert!(calls <= 7.0, "500 values took {calls} calls");
+    server.stop().await;
+}
+
+#[test]
+fn sequence_prefetch_is_checked() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _guard = runtime.enter();
+    let connect = |n| Client::builder(["http://127.0.0.1:1"]).sequence_prefetch(n).connect();
+    assert!(connect(0).is_ok() && connect(snowmint_client::MAX_SEQUENCE_PREFETCH).is_ok());
+    let error = connect(snowmint_client::MAX_SEQUENCE_PREFETCH + 1).err().unwrap();
+    assert!(matches!(&error, ClientError::InvalidSetting(m) if m.contains("65536")), "{error}");
+}
+
 #[tokio::test]
 async fn fails_over_to_another_endpoint_when_one_refuses_or_is_gone() {
     let good = ServerBuilder::new().start().await;

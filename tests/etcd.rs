@@ -666,3 +666,53 @@ async fn the_fleet_clock_check_counts_an_instance_of_many_slots_once() {
         keeper.finish(Minted::Unknown, Duration::from_secs(5)).await;
     }
 }
+
+/// A late copy of a slot's first write (onto its absent reservation) is refused by the real
+/// etcd even when the reservation was deleted by hand meanwhile and reads as absent again:
+/// the write compares the claim's version, which it moved on. Absence alone let such a copy
+/// put back a reservation below what had been minted since (simulator seed 680721844248).
+/// The holder's repair, at the version the refusal shows, lands; the worker key keeps its
+/// value and lease.
+#[tokio::test]
+async fn a_late_copy_of_a_write_onto_an_absent_reservation_is_refused() {
+    use snowmint::store::{Reply, Request, Store, Stored, Version, Write};
+    let _serial = serial().await;
+    let cluster = EtcdCluster::start(1).await;
+    let prefix = "/late-copy";
+    let config = common::claims::etcd_config(&cluster.endpoints(), prefix, Duration::from_secs(10), None, "copy");
+    let clock = SystemClock::new();
+    let now = clock.wall_ms();
+    let mut store = EtcdStore::connect(&config, &layout(), now).await.unwrap();
+    let Reply::SessionOpened { session, .. } = store.call(Request::OpenSession { ttl: Duration::from_secs(10) }).await
+    else {
+        panic!("no session")
+    };
+    let claimed = store.call(Request::Claim { session, slot: 5 }).await;
+    assert_eq!(claimed, Reply::Claimed { slot: 5, won: true });
+    let write = |until_ms: i64, expect: Version, claim_version: Option<i64>| Request::WriteReservations {
+        session,
+        writes: vec![Write { slot: 5, until_ms, expect: Some(expect), wall_ms: now, idle: false, claim_version }],
+        check_claim: true,
+    };
+    let first = write(now + 1_000, Version::Absent, Some(1));
+    let Reply::Written(versions) = store.call(first.clone()).await else { panic!("the first write refused") };
+    let extended = store.call(write(now + 5_000, versions[0].1, None)).await;
+    assert!(matches!(extended, Reply::Written(_)), "{extended:?}");
+
+    let mut etcd = cluster.client().await;
+    let worker = format!("{prefix}/workers/5");
+    let owner = get(&mut etcd, &worker).await.expect("the worker key");
+    etcd.delete(format!("{prefix}/reservations/5"), None).await.unwrap();
+    match store.call(first).await {
+        Reply::WriteRefused { not_ours, current } => {
+            assert!(not_ours.is_empty(), "{not_ours:?}");
+            assert_eq!((&current[0].stored, current[0].claim_version), (&Stored::Absent, Some(2)));
+        }
+        other => panic!("the late copy landed: {other:?}"),
+    }
+    let repair = store.call(write(now + 5_000, Version::Absent, Some(2))).await;
+    assert!(matches!(repair, Reply::Written(_)), "{repair:?}");
+    assert_eq!(reservation(&mut etcd, prefix, 5).await, now + 5_000);
+    assert_eq!(get(&mut etcd, &worker).await, Some(owner));
+    assert_eq!(lease_of(&mut etcd, prefix, 5).await, session);
+}

@@ -58,6 +58,6 @@ async fn a_restore_from_an_earlier_snapshot_issues_no_id_twice() {
     let extra = ["--reservation-window-ms", "1000", "--max-fleet-skew-ms", "15000"];
     let mut fleet = Fleet::etcd_with(1, 3, &extra).await;
     fleet::etcd_restored(&mut fleet, Duration::from_secs(3), 8.0).await;
-    let (ids, _) = fleet.stop().await;
-    eprintln!("restore: {ids} IDs checked, none twice");
+    let (checked, _) = fleet.stop().await;
+    eprintln!("restore: {} IDs and {} sequence values checked, none twice", checked.ids, checked.values);
 }

@@ -3,9 +3,15 @@
 //! steps through libfaketime, kill -9, SIGSTOP past the lease TTL with a take-over, the etcd
 //! leader killed, every etcd member paused, many cold starts, broken state files.
 //!
+//! Every node's hammer also takes values of two named sequences, on two connections of its
+//! own, with small segments so that each node claims new ones several times a second.
+//!
 //! After every fault: no duplicate among all IDs ever returned, each process's IDs
 //! increasing, every refusal UNAVAILABLE within the call's deadline, recovery within the
-//! fault's bound, and the metrics counted the event. The tests here run one at a time
+//! fault's bound, and the metrics counted the event; and for the sequences, no value twice
+//! across the fleet, each process's values increasing in the order it answered them, every
+//! refusal UNAVAILABLE (or the caller's own deadline) and every sequence answering again
+//! within 10 s of the fault's end. The tests here run one at a time
 //! ([`serial`]: their timing bounds assume the machine is not also running another fleet);
 //! `soak` runs the same faults at random for as long as asked.
 
@@ -13,7 +19,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::fleet::{self, Fleet, Outcome};
+use common::fleet::{self, Checked, Fleet, Outcome};
 use common::serial;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +119,8 @@ impl Rng {
 }
 
 /// The faults at random for `SNOWMINT_SOAK_SECS` seconds (default 1200), on an etcd fleet
-/// and a standalone node side by side; prints a table at the end. Run with
+/// and a standalone node side by side, both hammered for IDs and sequence values; prints a
+/// table at the end. Run with
 /// `scripts/long/soak --duration 20m`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: run by scripts/long/soak"]
@@ -187,23 +194,37 @@ async fn soak() {
         // Calm between faults.
         tokio::time::sleep(Duration::from_millis(500 + rng.below(1500) as u64)).await;
     }
-    let (etcd_ids, mut outcomes) = cluster.stop().await;
-    let (solo_ids, solo_outcomes) = solo.stop().await;
+    let (etcd_checked, mut outcomes) = cluster.stop().await;
+    let (solo_checked, solo_outcomes) = solo.stop().await;
     outcomes.extend(solo_outcomes);
-    print_table(secs, seed, etcd_ids + solo_ids, &outcomes);
+    let checked =
+        Checked { ids: etcd_checked.ids + solo_checked.ids, values: etcd_checked.values + solo_checked.values };
+    print_table(secs, seed, checked, &outcomes);
 }
 
-fn print_table(secs: u64, seed: u64, ids: usize, outcomes: &[Outcome]) {
+fn print_table(secs: u64, seed: u64, checked: Checked, outcomes: &[Outcome]) {
     let mut faults: Vec<&'static str> = outcomes.iter().map(|o| o.fault).collect();
     faults.sort_unstable();
     faults.dedup();
-    println!("\nsoak of {secs} s (seed {seed}): {} faults, {ids} IDs checked, 0 duplicates\n", outcomes.len());
-    println!("| fault | times | longest refusal | longest recovery |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "\nsoak of {secs} s (seed {seed}): {} faults, {} IDs and {} sequence values checked, 0 duplicates\n",
+        outcomes.len(),
+        checked.ids,
+        checked.values
+    );
+    println!("| fault | times | longest refusal | longest recovery | sequences: longest refusal | longest recovery |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
     for fault in faults {
         let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.fault == fault).collect();
-        let refusal = of.iter().map(|o| o.refusal).max().unwrap_or_default();
-        let recovery = of.iter().map(|o| o.recovery).max().unwrap_or_default();
-        println!("| {fault} | {} | {:.2} s | {:.2} s |", of.len(), refusal.as_secs_f64(), recovery.as_secs_f64());
+        let longest = |field: fn(&Outcome) -> Duration| secs(of.iter().map(|o| field(o)).max().unwrap_or_default());
+        println!(
+            "| {fault} | {} | {} | {} | {} | {} |",
+            of.len(),
+            longest(|o| o.refusal),
+            longest(|o| o.recovery),
+            longest(|o| o.value_refusal),
+            longest(|o| o.value_recovery)
+        );
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::ServerBuilder;
 use common::etcd::EtcdCluster;
+use common::sequences::{AllValues, ValueCall, assert_answer_order, assert_refusals_retriable_and_prompt};
 
 /// Where the helper run says it has started its children.
 const READY_FILE: &str = "SNOWMINT_HARNESS_READY_FILE";
@@ -184,4 +185,45 @@ async fn a_member_that_exits_is_retried_and_then_reported_with_its_own_words() {
 #[should_panic(expected = "was still running after 2s; killed")]
 fn a_start_that_should_fail_but_runs_fails_its_test_within_the_limit() {
     ServerBuilder::new().run_to_exit_within(Duration::from_secs(2));
+}
+
+/// A sequence call of `values` sent `start` ms and answered `end` ms after `t0`.
+fn value_call(t0: Instant, start: u64, end: u64, values: &[i64]) -> ValueCall {
+    let at = |ms| t0 + Duration::from_millis(ms);
+    let code = if values.is_empty() { tonic::Code::Unavailable } else { tonic::Code::Ok };
+    ValueCall { sequence: "orders", start: at(start), end: at(end), code, values: values.to_vec() }
+}
+
+/// The sequence checks of the fault tests pass what an instance may do (calls that overlap
+/// answered in either order, gaps) and catch what it must not: an answer below one its
+/// caller had already received, a batch out of order, a value given twice anywhere, a
+/// refusal with another code than UNAVAILABLE or the caller's own deadline.
+#[test]
+fn the_sequence_checks_catch_what_they_look_for() {
+    let t0 = Instant::now();
+    let fails = |f: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
+    // Two calls that overlap may be answered in either order; a gap is no fault.
+    let overlapping = [value_call(t0, 0, 10, &[7]), value_call(t0, 5, 8, &[3, 4]), value_call(t0, 20, 30, &[90])];
+    assert_answer_order("ok", &overlapping);
+    // A call sent after another was answered gets values above it.
+    assert!(fails(&|| assert_answer_order("late", &[value_call(t0, 0, 10, &[7]), value_call(t0, 11, 12, &[6])])));
+    assert!(fails(&|| assert_answer_order("batch", &[value_call(t0, 0, 10, &[7, 9, 8])])));
+    // Once anywhere, across instances and lifetimes.
+    let mut all = AllValues::default();
+    all.add(&overlapping);
+    all.add(&[value_call(t0, 0, 1, &[91, 92])]);
+    assert_eq!(all.assert_no_value_twice(), 6);
+    let mut all = AllValues::default();
+    all.add(&overlapping);
+    all.add(&[value_call(t0, 0, 1, &[1, 2, 90])]);
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| all.assert_no_value_twice())).is_err());
+    // Refusals: UNAVAILABLE, or the caller's own timer, within the deadline.
+    let mut refused = value_call(t0, 0, 500, &[]);
+    assert_refusals_retriable_and_prompt("ok", std::slice::from_ref(&refused));
+    refused.code = tonic::Code::DeadlineExceeded;
+    assert_refusals_retriable_and_prompt("ok", std::slice::from_ref(&refused));
+    refused.code = tonic::Code::Internal;
+    assert!(fails(&|| assert_refusals_retriable_and_prompt("internal", std::slice::from_ref(&refused))));
+    let slow = value_call(t0, 0, 2_000, &[]);
+    assert!(fails(&|| assert_refusals_retriable_and_prompt("slow", std::slice::from_ref(&slow))));
 }

@@ -2,7 +2,8 @@
 //! (kill -9 of the first holder, a second takes the slot) leaves records that tell the two
 //! holders' IDs apart, `Decode` and `snowmint decode` name each ID's own holder, `snowmint
 //! audit` passes, and a history edited by hand so that two windows overlap fails it,
-//! naming both.
+//! naming both; the sequences' segment records in etcd list past a page, apart from the
+//! slots'.
 
 mod common;
 
@@ -10,9 +11,13 @@ use std::time::Duration;
 
 use common::etcd::EtcdCluster;
 use common::{Process, ServerBuilder, assert_unique, next_id_eventually, run_binary, serial};
-use snowmint::history::Record;
+use etcd_client::{Txn, TxnOp};
+use snowmint::history::etcd::EtcdBook;
+use snowmint::history::segment::SegmentRecord;
+use snowmint::history::{Book, Holder, Record};
 use snowmint::layout::Parts;
 use snowmint::proto::{BatchIdsRequest, DecodeRequest, Provenance};
+use snowmint::sequence::ClaimId;
 
 /// Mints `count` IDs through `process`, waiting until it serves.
 async fn mint(process: &Process, count: u32) -> Vec<u64> {
@@ -145,4 +150,77 @@ async fn standalone_restarts_are_on_record_in_the_state_dir() {
     let (code, _, stderr) = run_binary(&["audit"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("--etcd-endpoints") && stderr.contains("--state-dir"), "{stderr}");
+}
+
+/// The segment records in a real etcd: more than a page of them (1,000 keys a read) list back
+/// whole and in value order, beside a slot's record, which the slots' listing alone sees; and
+/// pruning never takes a sequence's highest record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segment_records_in_etcd_list_past_a_page_apart_from_the_slots() {
+    let cluster = EtcdCluster::start(1).await;
+    let config = common::claims::etcd_config(&cluster.endpoints(), "/segs", Duration::from_secs(10), None, "host");
+    let book = EtcdBook::connect(&config).await.unwrap();
+    let holder = Holder::this_process("host".into(), 1);
+    let slot = Record {
+        slot: 4,
+        holder: holder.clone(),
+        lease: 1,
+        claim: 1,
+        claimed_at_ms: 1_000,
+        floor_ms: 0,
+        last_reservation_ms: None,
+        closed_at_ms: None,
+        closed_by: None,
+    };
+    book.append(&slot).await.unwrap();
+    let segment = |sequence: &str, n: u64| SegmentRecord {
+        sequence: sequence.into(),
+        values: n * 10 + 1..n * 10 + 11,
+        claim: ClaimId { session: -1, number: n },
+        holder: holder.clone(),
+        claimed_at_ms: n as i64,
+        given_back_from: None,
+        given_back_at_ms: None,
+        claims: 1,
+        last_claimed_at_ms: None,
+    };
+    // Written straight to etcd, a hundred a transaction, under the names the book gives them.
+    let mut etcd = cluster.client().await;
+    let records: Vec<SegmentRecord> = (0..1_050).map(|n| segment("orders", n)).collect();
+    for chunk in records.chunks(100) {
+        let puts: Vec<TxnOp> = chunk
+            .iter()
+            .map(|r| {
+                let key = format!("/segs/history/sequences/orders/{}", r.name());
+                TxnOp::put(key, serde_json::to_vec(r).unwrap(), None)
+            })
+            .collect();
+        etcd.txn(Txn::new().and_then(puts)).await.unwrap();
+    }
+    for n in 0..3 {
+        book.write_segment(&segment("other", n)).await.unwrap();
+    }
+
+    let (orders, unreadable) = book.list_segments(Some("orders")).await.unwrap();
+    assert!(unreadable.is_empty());
+    let listed: Vec<&SegmentRecord> = orders.iter().map(|e| &e.record).collect();
+    assert_eq!(listed, records.iter().collect::<Vec<_>>(), "not every record, once, in value order");
+    assert_eq!(book.list_segments(None).await.unwrap().0.len(), 1_053);
+    let (slots, unreadable) = book.list(None).await.unwrap();
+    assert_eq!((slots.len(), unreadable.len()), (1, 0), "the slots' listing read segment records: {unreadable:?}");
+
+    // The few records at or below a value, read without the rest.
+    let (at, _) = book.segments_at("orders", 5_005, 3).await.unwrap();
+    assert_eq!(at.iter().map(|e| e.record.values.start).collect::<Vec<_>>(), [4_981, 4_991, 5_001]);
+    let (at, _) = book.segments_at("orders", 5_000, 3).await.unwrap();
+    assert_eq!(at.iter().map(|e| e.record.values.start).collect::<Vec<_>>(), [4_971, 4_981, 4_991]);
+    assert!(book.segments_at("orders", 0, 3).await.unwrap().0.is_empty());
+
+    assert_eq!(book.prune_segments("orders", i64::MAX, usize::MAX, 10).await.unwrap(), 10);
+    // Past the records kept, however young: the oldest go, up to the limit.
+    assert_eq!(book.prune_segments("orders", 0, 1_000, 64).await.unwrap(), 40);
+    assert_eq!(book.list_segments(Some("orders")).await.unwrap().0[0].record.values.start, 501);
+    assert_eq!(book.prune_segments("other", i64::MAX, usize::MAX, 64).await.unwrap(), 2);
+    let (other, _) = book.list_segments(Some("other")).await.unwrap();
+    assert_eq!(other.iter().map(|e| e.record.values.start).collect::<Vec<_>>(), [21], "the highest is kept");
 }

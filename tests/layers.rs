@@ -6,15 +6,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// From the bottom: the pure parts, the cores, the stores, the safety machines, their
-/// composition, the wire, and the wiring. `sim` (test builds only) drives the composition
+/// From the bottom: the pure parts, the cores, the stores, the safety machines, the history
+/// of what they held, their composition, the wire, and the wiring. `sim` (test builds only) drives the composition
 /// beside the server.
 const FLOORS: &[&[&str]] = &[
     &["layout", "clock", "clock_memory", "defects", "metrics", "opaque", "proto"],
     &["clock_filter", "generator", "grant", "uuid7"],
     &["store"],
     &["keeper", "minter", "sequence", "upkeep"],
-    &["history", "node"],
+    &["history"],
+    &["node"],
     &["rpc"],
     &["server", "sim"],
 ];

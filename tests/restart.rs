@@ -367,3 +367,17 @@ async fn the_slot_taken_line_names_the_slot_worker_id() {
     let json: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
     assert_eq!(json["worker_id"], 5, "{line}");
 }
+
+/// A SIGTERM that comes the moment the server says it listens stops it cleanly: the signal
+/// handlers are in place before the listeners open, so no such signal is lost (the server
+/// running on until SIGKILL) or taken by the default action (an unclean death).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_right_after_the_listening_line_stops_the_server() {
+    let builder = ServerBuilder::new();
+    for round in 0..25 {
+        let mut server = builder.spawn();
+        server.signal("TERM");
+        let status = server.wait(Duration::from_secs(10)).await;
+        assert!(status.success(), "round {round}: {status}");
+    }
+}

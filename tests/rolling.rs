@@ -54,11 +54,7 @@ async fn rolling_restart(n: usize, rounds: usize) -> (Vec<Restart>, usize) {
             }
         })
         .collect();
-    let mut fleet = Fleet { cluster: Some(cluster), nodes, dir, outcomes: Vec::new(), retired: Vec::new() };
-    for node in &mut fleet.nodes {
-        node.start();
-    }
-    fleet.wait_all_minting(Duration::from_secs(30)).await;
+    let mut fleet = Fleet::start(Some(cluster), nodes, dir, false).await;
     for (i, node) in fleet.nodes.iter().enumerate() {
         let first = node.live_ids()[0];
         assert_eq!(worker_of(first), i as u64, "{} started on slot {}", node.name, worker_of(first));
@@ -97,6 +93,7 @@ async fn rolling_restart(n: usize, rounds: usize) -> (Vec<Restart>, usize) {
         }
     }
     let (checked, _) = fleet.stop().await;
+    let checked = checked.ids;
     for r in &restarts {
         assert_eq!(r.refused_elsewhere, 0, "other instances refused calls while snowmint-{} restarted", r.ordinal);
     }

@@ -3,28 +3,25 @@
 //! never a repeat, two instances over one etcd never sharing a value (also while etcd loses
 //! its leader and pauses), an instance that refuses after etcd was restored under it, every
 //! refusal with its code, and `snowmint sequence create|list|show` against a state dir and
-//! etcd.
+//! etcd; the segment history (`snowmint sequence show --value`, `snowmint audit`) in etcd and
+//! in a state dir.
 
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::{ServerBuilder, run_binary};
+use common::sequences::{AllValues, assert_answer_order, batch, hammer_values_into, is_retriable_refusal, next};
+use common::{HammerLog, ServerBuilder, run_binary};
+use snowmint::history::segment::SegmentRecord;
 use snowmint::proto::id_service_client::IdServiceClient;
-use snowmint::proto::{BatchValuesRequest, NextValueRequest};
 use snowmint::sequence::file::FileSequences;
 use snowmint::sequence::{Record, SequenceStore as _};
 use tonic::Code;
 use tonic::transport::Channel;
-
-fn next(name: &str) -> NextValueRequest {
-    NextValueRequest { sequence: name.into() }
-}
-
-fn batch(name: &str, count: u32) -> BatchValuesRequest {
-    BatchValuesRequest { sequence: name.into(), count }
-}
 
 /// `rounds` rounds of one `NextValue` and one `BatchValues(batch_size)`; every answer's
 /// values increase within it and after the caller's previous answer.
@@ -235,45 +232,12 @@ fn the_sequence_command_creates_lists_and_shows_in_a_state_dir() {
     }
 }
 
-/// Callers asking for one value at a time with a deadline until `stop`: what they got, and
-/// the codes of what was refused.
-async fn hammer(
-    clients: Vec<IdServiceClient<Channel>>,
-    name: &'static str,
-    stop: tokio_util::sync::CancellationToken,
-) -> (Vec<i64>, Vec<Code>) {
-    let mut tasks = Vec::new();
-    for mut client in clients {
-        let stop = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut got, mut refused) = (Vec::new(), Vec::new());
-            while !stop.is_cancelled() {
-                let mut request = tonic::Request::new(next(name));
-                request.set_timeout(std::time::Duration::from_millis(500));
-                match client.next_value(request).await {
-                    Ok(answer) => got.push(answer.into_inner().value),
-                    Err(status) => {
-                        refused.push(status.code());
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
-                }
-            }
-            (got, refused)
-        }));
-    }
-    let (mut got, mut refused) = (Vec::new(), Vec::new());
-    for task in tasks {
-        let (g, r) = task.await.unwrap();
-        got.extend(g);
-        refused.extend(r);
-    }
-    (got, refused)
-}
-
-/// Two servers on a three-member etcd, four callers each: the leader killed, then every
-/// member paused past the callers' deadlines, then resumed. Calls that cannot be answered
-/// are refused `UNAVAILABLE` (or reach their caller's own deadline first, on a loaded
-/// machine); calls go on being answered once etcd is back; no value is handed out twice.
+/// Two servers on a three-member etcd, four callers each (single values and batches): the
+/// leader killed, then every member paused past the callers' deadlines, then resumed. Calls
+/// that cannot be answered are refused `UNAVAILABLE` (or reach their caller's own deadline
+/// first, on a loaded machine); calls go on being answered once etcd is back; no value is
+/// handed out twice, each server's answers increase in the order it gave them, and
+/// `snowmint audit` finds no two segments on record holding one value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sequence_lives_through_etcd_losing_its_leader_and_pausing() {
     let mut etcd = EtcdCluster::start(3).await;
@@ -285,14 +249,14 @@ async fn a_sequence_lives_through_etcd_losing_its_leader_and_pausing() {
         ServerBuilder::new().etcd(&endpoints, "/seq-faults").args(segments).spawn(),
         ServerBuilder::new().etcd(&endpoints, "/seq-faults").args(segments).spawn(),
     ];
-    let mut clients = Vec::new();
-    for server in &servers {
+    let stop = Arc::new(AtomicBool::new(false));
+    let logs = [Arc::new(Mutex::new(HammerLog::default())), Arc::new(Mutex::new(HammerLog::default()))];
+    let mut callers = Vec::new();
+    for (server, log) in servers.iter().zip(&logs) {
         for _ in 0..4 {
-            clients.push(server.client().await);
+            callers.push(hammer_values_into(server.grpc, &["receipts"], stop.clone(), log.clone(), Duration::ZERO));
         }
     }
-    let stop = tokio_util::sync::CancellationToken::new();
-    let load = tokio::spawn(hammer(clients, "receipts", stop.clone()));
     let seconds = |s: u64| tokio::time::sleep(std::time::Duration::from_secs(s));
     seconds(1).await;
     let leader = etcd.leader().await;
@@ -305,18 +269,28 @@ async fn a_sequence_lives_through_etcd_losing_its_leader_and_pausing() {
     let after_pause = servers[0].metric(r#"snowmint_named_sequence_values_issued_total{sequence="receipts"}"#).await
         + servers[1].metric(r#"snowmint_named_sequence_values_issued_total{sequence="receipts"}"#).await;
     seconds(4).await;
-    stop.cancel();
-    let (got, refused) = load.await.unwrap();
-    let unique: BTreeSet<i64> = got.iter().copied().collect();
-    assert_eq!(unique.len(), got.len(), "{} values issued twice", got.len() - unique.len());
-    // The server refuses UNAVAILABLE a little before each call's deadline; on a loaded machine
-    // the refusal may reach the caller after its own timer fired (CANCELLED or
-    // DEADLINE_EXCEEDED, the client's doing): no other code.
-    let client_timer = |code: &Code| matches!(code, Code::Cancelled | Code::DeadlineExceeded);
-    let other: Vec<_> = refused.iter().filter(|&code| *code != Code::Unavailable && !client_timer(code)).collect();
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        common::join_within(caller, Duration::from_secs(5), "a caller").await;
+    }
+    let mut all = AllValues::default();
+    let mut refused = Vec::new();
+    for (i, log) in logs.iter().enumerate() {
+        let calls = &log.lock().unwrap().values;
+        // Each instance's answers increase in the order it gave them.
+        assert_answer_order(&format!("server {i}"), calls);
+        all.add(calls);
+        refused.extend(calls.iter().map(|c| c.code).filter(|&code| code != Code::Ok));
+    }
+    let got = all.assert_no_value_twice();
+    let other: Vec<_> = refused.iter().filter(|&&code| !is_retriable_refusal(code)).collect();
     assert!(other.is_empty(), "refusals other than UNAVAILABLE: {other:?}");
     assert!(refused.contains(&Code::Unavailable), "no call was refused UNAVAILABLE while etcd was paused: {refused:?}");
-    assert!(got.len() as f64 > after_pause + 50.0, "calls were not answered again after etcd came back");
+    assert!(got as f64 > after_pause + 50.0, "calls were not answered again after etcd came back");
+    // The segment history agrees: no two segments on record held one value.
+    let (code, stdout, stderr) = run_binary(&[&["audit"][..], &flags[..]].concat());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("1 sequences, "), "{stdout}");
 }
 
 /// etcd restored from a snapshot taken before the segments an instance holds: the instance
@@ -356,4 +330,295 @@ async fn an_instance_that_saw_newer_state_refuses_after_a_restore() {
     assert_eq!(unique.len(), got.len(), "values issued twice");
     let again = client.next_value(next("refunds")).await.unwrap_err();
     assert_eq!(again.code(), Code::Unavailable, "the refusal does not last: {again:?}");
+}
+
+/// The restore procedure with sequences: `snowmint fence` refuses to fence a prefix with
+/// sequences until told how far to move them (and changes nothing), then moves them; an
+/// instance started after the restore takes values above everything issued before it, and
+/// the instance that ran across the restore (refusing, if it met the restored record first)
+/// goes on above the fence too. No value twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_moves_sequences_past_what_a_restore_lost() {
+    let mut etcd = EtcdCluster::start(1).await;
+    let endpoints = etcd.endpoints();
+    let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/seq-fence"];
+    assert_eq!(run_binary(&[&["sequence", "create", "refunds"][..], &flags[..]].concat()).0, 0);
+    let segments = ["--sequence-min-segment", "10", "--sequence-max-segment", "10"];
+    let before = ServerBuilder::new().etcd(&endpoints, "/seq-fence").args(segments).spawn();
+    let client = before.client().await;
+    let snapshot = tempfile::NamedTempFile::new().unwrap();
+    let mut got = take(client.clone(), "refunds".into(), 5, 9).await;
+    etcd.snapshot(snapshot.path()).await;
+    got.extend(take(client.clone(), "refunds".into(), 5, 9).await);
+    etcd.restore(snapshot.path()).await;
+
+    let show = || run_binary(&[&["sequence", "show", "refunds", "--json"][..], &flags[..]].concat());
+    let restored = show();
+    let record: serde_json::Value = serde_json::from_str(restored.1.trim()).unwrap();
+    assert!(record["next"].as_i64().unwrap() <= *got.iter().max().unwrap(), "not restored: {restored:?}");
+    let refused = run_binary(&[&["fence"][..], &flags[..]].concat());
+    assert_eq!(refused.0, 1, "{refused:?}");
+    assert!(refused.2.contains("refunds") && refused.2.contains("--sequence-skip"), "{refused:?}");
+    assert_eq!(show(), restored, "the refused fence changed the sequence");
+    let fenced = run_binary(&[&["fence", "--sequence-skip", "1000"][..], &flags[..]].concat());
+    assert_eq!(fenced.0, 0, "{fenced:?}");
+    assert!(fenced.1.contains("sequence refunds moved from"), "{fenced:?}");
+
+    let after = ServerBuilder::new().etcd(&endpoints, "/seq-fence").args(segments).spawn();
+    let fresh = take(after.client().await, "refunds".into(), 5, 9).await;
+    let highest = *got.iter().max().unwrap();
+    assert!(fresh.iter().all(|&v| v > highest), "a value at or below {highest} after the fence: {fresh:?}");
+    got.extend(fresh);
+    // The instance that ran across the restore may have met the restored record before the
+    // fence (it then refuses, UNAVAILABLE); it reads the record again when asked, and goes on.
+    let mut client = client;
+    let mut resumed = None;
+    for _ in 0..100 {
+        match client.next_value(next("refunds")).await {
+            Ok(answer) => {
+                resumed = Some(answer.into_inner().value);
+                break;
+            }
+            Err(status) => assert_eq!(status.code(), Code::Unavailable, "{status:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let resumed = resumed.expect("the instance that ran across the restore never answered after the fence");
+    assert!(resumed > highest, "{resumed} at or below {highest} after the fence");
+    got.push(resumed);
+    got.extend(take(client, "refunds".into(), 5, 9).await);
+    let unique: BTreeSet<i64> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "values issued twice");
+}
+
+/// One call to an ordered sequence as the caller saw it: when it was sent and answered, and
+/// the values it got.
+struct Answered {
+    sent: std::time::Instant,
+    received: std::time::Instant,
+    values: Vec<i64>,
+}
+
+/// Calls `name` on `client` until `stop` (or until its server is gone), keeping every answer;
+/// refusals must be `UNAVAILABLE` (or the caller's own timer) and are retried.
+async fn call_ordered(
+    mut client: IdServiceClient<Channel>,
+    name: &'static str,
+    batch_size: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<Answered> {
+    let mut got = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let sent = std::time::Instant::now();
+        let mut request = tonic::Request::new(batch(name, batch_size));
+        request.set_timeout(std::time::Duration::from_secs(2));
+        match client.batch_values(request).await {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                assert!(answer.ordered);
+                got.push(Answered { sent, received: std::time::Instant::now(), values: answer.values });
+            }
+            // Its server was killed.
+            Err(status) if status.code() == Code::Unknown => break,
+            Err(status) => {
+                assert!(
+                    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled),
+                    "{status:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+    got
+}
+
+/// An ordered sequence over three instances of one etcd: one serves it, the others forward
+/// its calls; every answer's values are above those of every answer received before its
+/// call was sent, fleet-wide, and stay so when the serving instance is killed (-9) and
+/// another takes over once its lease is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ordered_sequence_increases_fleet_wide_through_the_loss_of_its_server() {
+    let etcd = EtcdCluster::start(1).await;
+    let endpoints = etcd.endpoints();
+    let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/seq-ordered"];
+    let created = run_binary(&[&["sequence", "create", "receipts", "--ordered"][..], &flags[..]].concat());
+    assert_eq!(created.0, 0, "{created:?}");
+    assert!(created.1.contains("created ordered sequence receipts"), "{created:?}");
+    let spawn = || {
+        ServerBuilder::new()
+            .etcd(&endpoints, "/seq-ordered")
+            .args(["--lease-ttl", "2", "--sequence-min-segment", "10", "--sequence-max-segment", "50"])
+            .spawn()
+    };
+    let servers = vec![spawn(), spawn(), spawn()];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for server in &servers {
+        for batch_size in [1, 7] {
+            callers.push(tokio::spawn(call_ordered(server.client().await, "receipts", batch_size, stop.clone())));
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The instance that serves it, as etcd names it.
+    let mut kv = etcd.client().await;
+    let held = kv.get("/seq-ordered/sequence-holders/receipts", None).await.unwrap();
+    let holder: serde_json::Value = serde_json::from_slice(held.kvs()[0].value()).unwrap();
+    let address = holder["address"].as_str().unwrap().to_string();
+    let index = servers.iter().position(|s| s.grpc.to_string() == address).expect("the holder is one of the three");
+    servers[index].signal("KILL");
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut answers = Vec::new();
+    for caller in callers {
+        answers.extend(caller.await.unwrap());
+    }
+    let killed_at = answers.iter().map(|a| a.received).max().unwrap();
+    let mut all = BTreeSet::new();
+    for answer in &answers {
+        assert!(answer.values.windows(2).all(|w| w[0] < w[1]), "{:?}", answer.values);
+        for &value in &answer.values {
+            assert!(all.insert(value), "{value} issued twice");
+        }
+    }
+    // Sorted by when they were received: each answer is above every answer received before
+    // the next one was sent.
+    answers.sort_by_key(|a| a.received);
+    let mut highest_before: Vec<(std::time::Instant, i64)> = Vec::new();
+    let mut highest = 0;
+    for answer in &answers {
+        highest = highest.max(*answer.values.last().unwrap());
+        highest_before.push((answer.received, highest));
+    }
+    for answer in &answers {
+        let before = highest_before.partition_point(|(received, _)| *received < answer.sent);
+        if before > 0 {
+            let floor = highest_before[before - 1].1;
+            assert!(answer.values[0] > floor, "{} answered after {floor} was received", answer.values[0]);
+        }
+    }
+    let after_kill = answers.iter().filter(|a| a.sent > killed_at - std::time::Duration::from_secs(3)).count();
+    assert!(after_kill > 0, "no call was answered after the serving instance was killed");
+    assert!(answers.len() > 100, "only {} answers", answers.len());
+    drop(servers);
+}
+
+/// `snowmint sequence show NAME --value V --json` with `flags`: its provenance object, once the
+/// holder's recorder has written it (off the path of the values: bounded wait).
+async fn held_by(name: &str, value: i64, flags: &[&str]) -> serde_json::Value {
+    let value = value.to_string();
+    let since = Instant::now();
+    loop {
+        let (code, stdout, stderr) =
+            run_binary(&[&["sequence", "show", name, "--value", &value, "--json"][..], flags].concat());
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        let shown: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let provenance = shown["provenance"].clone();
+        if provenance["found"] == true || since.elapsed() > Duration::from_secs(10) {
+            return provenance;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The segment history in etcd: two servers take turns handing out one sequence's values;
+/// `snowmint sequence show --value` names, for values each served, the pid of the server that
+/// held them, and `snowmint audit` passes, its slot audit untroubled by the segment records
+/// beside the slots' under `history/`. A segment record planted by hand over values another
+/// server held fails the audit, naming both records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_values_holder_is_on_record_in_etcd_and_an_overlap_fails_the_audit() {
+    let etcd = EtcdCluster::start(1).await;
+    let endpoints = etcd.endpoints();
+    let flags = ["--etcd-endpoints", endpoints.as_str(), "--etcd-prefix", "/seq-hist"];
+    let created = run_binary(&[&["sequence", "create", "parcels"][..], &flags[..]].concat());
+    assert_eq!(created.0, 0, "{created:?}");
+    let server = || {
+        ServerBuilder::new()
+            .etcd(&endpoints, "/seq-hist")
+            .args(["--sequence-min-segment", "10", "--sequence-max-segment", "40"])
+            .spawn()
+    };
+    let servers = [server(), server()];
+    let mut all = BTreeSet::new();
+    let mut served: Vec<(u32, i64)> = Vec::new();
+    for _ in 0..2 {
+        for server in &servers {
+            let values = take(server.client().await, "parcels".into(), 6, 9).await;
+            for &value in &values {
+                assert!(all.insert(value), "{value} issued twice");
+            }
+            let pid = server.pid() as u32;
+            served.extend([values[0], values[values.len() / 2], values[values.len() - 1]].map(|v| (pid, v)));
+        }
+    }
+    let mut records = Vec::new();
+    for &(pid, value) in &served {
+        let held = held_by("parcels", value, &flags).await;
+        assert_eq!(held["found"], true, "{value}: {held}");
+        assert_eq!(held["pid"], pid, "{value} held by {held}");
+        assert!(held["from"].as_i64().unwrap() <= value && value <= held["to"].as_i64().unwrap(), "{held}");
+        let key = held["record"].as_str().unwrap().to_string();
+        assert!(key.starts_with("/seq-hist/history/sequences/parcels/"), "{key}");
+        records.push(key);
+    }
+    let (code, stdout, stderr) = run_binary(&[&["audit"][..], &flags[..]].concat());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("2 slots, 2 holders") && stdout.contains("1 sequences, "), "{stdout}");
+
+    // Planted by hand: a record of the first server's over values the second held.
+    let mut client = etcd.client().await;
+    let (first_key, second_key) = (&records[0], &records[3]);
+    let second: SegmentRecord =
+        serde_json::from_slice(&common::etcd::get(&mut client, second_key).await.unwrap()).unwrap();
+    let mut planted: SegmentRecord =
+        serde_json::from_slice(&common::etcd::get(&mut client, first_key).await.unwrap()).unwrap();
+    planted.values = second.values.start..second.values.start + 3;
+    planted.claim.number = 999_999;
+    let planted_key = format!("/seq-hist/history/sequences/parcels/{}", planted.name());
+    client.put(planted_key.as_str(), serde_json::to_vec(&planted).unwrap(), None).await.unwrap();
+    let (code, stdout, stderr) = run_binary(&[&["audit"][..], &flags[..]].concat());
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("overlapping segment"), "{stderr}");
+    let fail = stdout.lines().find(|l| l.starts_with("FAIL sequence parcels: ")).unwrap_or_default();
+    assert!(fail.contains(second_key.as_str()) && fail.contains(&planted_key), "names both:\n{stdout}");
+    assert!(fail.contains(&format!("pid {}", servers[0].pid())), "{stdout}");
+}
+
+/// The segment history in a state dir: a clean stop gives the unused rest back and its
+/// records say so, so the next server's segment, which starts where the give-back began,
+/// overlaps none of them and the audit passes; each value's holder is named, and a value no
+/// segment has taken yet is said to be never issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_segments_are_on_record_with_their_give_backs() {
+    let builder = ServerBuilder::new().args(["--create-sequences-on-use", "--sequence-min-segment", "50"]);
+    let state = builder.state_path().to_str().unwrap().to_string();
+    let flags = ["--state-dir", state.as_str()];
+    let mut first = builder.spawn();
+    let first_values = take(first.client().await, "labels".into(), 3, 9).await;
+    let first_pid = first.pid() as u32;
+    first.signal("TERM");
+    assert!(first.wait(Duration::from_secs(10)).await.success());
+    let second = builder.spawn();
+    let second_values = take(second.client().await, "labels".into(), 3, 9).await;
+    assert_eq!(second_values[0], first_values[first_values.len() - 1] + 1, "the give-back left a gap");
+
+    for (pid, values) in [(first_pid, &first_values), (second.pid() as u32, &second_values)] {
+        for value in [values[0], values[values.len() - 1]] {
+            let held = held_by("labels", value, &flags).await;
+            assert_eq!(held["pid"], pid, "{value} held by {held}");
+        }
+    }
+    let first_held = held_by("labels", first_values[0], &flags).await;
+    assert_eq!(first_held["to"], first_values[first_values.len() - 1], "given back above: {first_held}");
+    assert!(first_held["claimed_to"].as_i64().unwrap() > first_held["to"].as_i64().unwrap(), "{first_held}");
+    let never = held_by("labels", 1_000_000, &flags).await;
+    assert_eq!(never["found"], false);
+    assert!(never["reason"].as_str().unwrap().contains("never issued"), "{never}");
+
+    let (code, stdout, stderr) = run_binary(&[&["audit", "--json"][..], &flags[..]].concat());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["sequences"]["sequences"], 1, "{report}");
+    assert!(report["sequences"]["given_back"].as_u64().unwrap() >= 1, "{report}");
+    assert!(report["sequences"]["segments"].as_u64().unwrap() >= 2, "{report}");
 }

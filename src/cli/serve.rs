@@ -158,6 +158,11 @@ pub struct ServeArgs {
     /// store write per sequence per this, within the two sizes.
     #[arg(long, env = "SNOWMINT_SEQUENCE_SEGMENT_INTERVAL_MS", default_value = "3000", value_parser = parse_ms)]
     pub sequence_segment_interval_ms: Duration,
+    /// Where the other instances of the fleet reach this one (host:port of --listen), to
+    /// forward the calls of the ordered sequences it serves. Default: --listen's address, or
+    /// the host name with its port when --listen is on every interface.
+    #[arg(long, env = "SNOWMINT_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
     /// While the wall clock is behind the minting time (a step back, a restart above a
     /// saved reservation), minting goes on ahead of it by at most this many ms, and refuses
     /// beyond; 0 keeps IDs' time never ahead of the clock (the strict policy).
@@ -180,10 +185,16 @@ pub struct ServeArgs {
     pub max_fleet_skew_ms: Duration,
     #[command(flatten)]
     pub etcd: EtcdArgs,
-    /// How long closed slot history records are kept (30d, 12h, 90m, 600s; a bare number
-    /// is seconds); each claim prunes a bounded number of older ones. 0 keeps no history.
+    /// How long closed slot history records, and named sequences' segment records, are kept
+    /// (30d, 12h, 90m, 600s; a bare number is seconds); claims prune a bounded number of older
+    /// ones. 0 keeps no history.
     #[arg(long, env = "SNOWMINT_HISTORY_RETENTION", default_value = "30d", value_parser = parse_retention)]
     pub history_retention: Duration,
+    /// The most segment records kept per named sequence (1 to 10,000,000), the oldest pruned
+    /// first past it however young: the segment history's room in etcd stays bounded (about
+    /// 45 MB per sequence at the default) however many instances claim however often.
+    #[arg(long, env = "SNOWMINT_HISTORY_MAX_SEGMENTS", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub history_max_segments: u64,
     /// Lease TTL in seconds: an instance that cannot renew stops minting within it.
     #[arg(long, env = "SNOWMINT_LEASE_TTL", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=3600))]
     pub lease_ttl: u64,
@@ -367,6 +378,7 @@ impl ServeArgs {
             max_fleet_skew: self.max_fleet_skew_ms,
             shutdown_grace: self.shutdown_grace_ms,
             history_retention: (!self.history_retention.is_zero()).then_some(self.history_retention),
+            history_max_segments: self.history_max_segments as usize,
             clock_memory_dir: Some(self.state_dir.clone()),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()).map(|(cert, key)| GrpcTls {
                 cert,
@@ -392,6 +404,7 @@ impl ServeArgs {
                     target_interval: self.sequence_segment_interval_ms,
                 },
                 create_on_use: self.create_sequences_on_use,
+                advertise_address: self.advertise_address.clone(),
             },
         })
     }
@@ -447,6 +460,10 @@ fn init_logging(format: LogFormat) {
 /// Runs the server until SIGTERM or SIGINT; `Err` is the one line to exit with.
 pub async fn run(args: ServeArgs) -> Result<(), String> {
     init_logging(args.log_format);
+    // Before anything listens: a signal that comes once the server says it listens must find
+    // its handler listening (a task spawned to install it may run only later, and a signal
+    // that lands while tokio installs the handler is lost).
+    let signals = Signals::install()?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let config = args.config(clock.wall_ms())?;
     let grpc = tokio::net::TcpListener::bind(args.listen)
@@ -456,29 +473,55 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {} (admin): {e}", args.admin_listen))?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
     snowmint::server::run(config, grpc, admin, clock, shutdown).await.map_err(|e| e.to_string())
 }
 
-/// Cancels `shutdown` on SIGTERM or SIGINT.
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
+/// The stop signals' handlers, installed.
+#[cfg(unix)]
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn install() -> Result<Signals, String> {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-            tracing::error!("cannot install signal handlers");
-            return;
-        };
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        tracing::info!(signal = name, "shutting down");
+        let failed = |e: std::io::Error| format!("cannot install the signal handlers: {e}");
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(failed)?,
+            int: signal(SignalKind::interrupt()).map_err(failed)?,
+        })
     }
-    #[cfg(not(unix))]
-    {
+
+    /// The name of the first stop signal received.
+    async fn received(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        Ok(Signals)
+    }
+
+    async fn received(self) -> &'static str {
         let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
+        "Ctrl-C"
     }
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn cancel_on_signal(signals: Signals, shutdown: CancellationToken) {
+    let name = signals.received().await;
+    tracing::info!(signal = name, "shutting down");
     shutdown.cancel();
 }

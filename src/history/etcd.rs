@@ -2,10 +2,15 @@
 //! `<prefix>/history/<slot>/<name>`, with no lease (records outlive their writers). A close
 //! is a compare-and-set on the record's mod_revision, so the holder's own close and a
 //! successor's never overwrite each other: whichever lands first stays.
+//!
+//! Sequences' segment records live under `<prefix>/history/sequences/<sequence>/<name>`,
+//! each written only by its holder, and read a page at a time (a busy sequence has many).
+//! The slots' listing reads only the keys that start with a digit, so it never sees them.
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use tokio::sync::Mutex;
 
+use super::segment::{SegmentEntry, SegmentRecord, name_start};
 use super::{Book, Entry, HistoryError, Record};
 use crate::layout::Slot;
 use crate::store::etcd::{Endpoints, EtcdConfig};
@@ -34,6 +39,38 @@ impl EtcdBook {
         format!("{}{}", self.slot_prefix(Some(record.slot)), record.name())
     }
 
+    /// Where the segment records of `sequence` (of every sequence: `None`) are.
+    fn sequence_prefix(&self, sequence: Option<&str>) -> String {
+        match sequence {
+            Some(sequence) => format!("{}/history/sequences/{sequence}/", self.prefix),
+            None => format!("{}/history/sequences/", self.prefix),
+        }
+    }
+
+    fn segment_key(&self, record: &SegmentRecord) -> String {
+        format!("{}{}", self.sequence_prefix(Some(&record.sequence)), record.name())
+    }
+
+    /// Every key-value under `prefix`, in key order, read `PAGE` at a time.
+    async fn get_all(&self, prefix: String) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
+        const PAGE: usize = 1_000;
+        let end = prefix_end(&prefix);
+        let mut from = prefix.into_bytes();
+        let mut all = Vec::new();
+        loop {
+            let options = GetOptions::new().with_range(end.clone()).with_limit(PAGE as i64);
+            let page = self.read(from.clone(), options).await?;
+            let Some(last) = page.last() else { break };
+            from = [last.key(), b"\0"].concat();
+            let full = page.len() == PAGE;
+            all.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
     /// The records under `prefix`, the oldest first; at most `limit`.
     async fn get(&self, prefix: String, limit: Option<usize>) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
         let mut options = GetOptions::new().with_prefix();
@@ -49,7 +86,12 @@ impl EtcdBook {
     }
 
     /// One read of `key` with `options`.
-    async fn read(&self, key: String, options: GetOptions) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
+    async fn read(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: GetOptions,
+    ) -> Result<Vec<etcd_client::KeyValue>, HistoryError> {
+        let key = key.into();
         let mut etcd = self.etcd.lock().await;
         let got = etcd
             .attempt("read history", |mut c| async move { c.get(key, Some(options)).await })
@@ -59,10 +101,26 @@ impl EtcdBook {
     }
 }
 
+/// The end of the range of keys that start with `prefix` (its last byte, plus one).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    let last = end.last_mut().expect("a history prefix is never empty");
+    *last += 1;
+    end
+}
+
 fn parse(kv: &etcd_client::KeyValue) -> Result<Entry, HistoryError> {
     let location = String::from_utf8_lossy(kv.key()).into_owned();
     match serde_json::from_slice(kv.value()) {
         Ok(record) => Ok(Entry { location, record }),
+        Err(e) => Err(HistoryError::Corrupt { location, reason: e.to_string() }),
+    }
+}
+
+fn parse_segment(kv: &etcd_client::KeyValue) -> Result<SegmentEntry, HistoryError> {
+    let location = String::from_utf8_lossy(kv.key()).into_owned();
+    match serde_json::from_slice(kv.value()) {
+        Ok(record) => Ok(SegmentEntry { location, record }),
         Err(e) => Err(HistoryError::Corrupt { location, reason: e.to_string() }),
     }
 }
@@ -105,7 +163,16 @@ impl Book for EtcdBook {
     async fn list(&self, slot: Option<Slot>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError> {
         let mut entries = Vec::new();
         let mut unreadable = Vec::new();
-        for kv in self.get(self.slot_prefix(slot), None).await? {
+        let kvs = match slot {
+            Some(slot) => self.get(self.slot_prefix(Some(slot)), None).await?,
+            // Slots' keys only: `<prefix>/history/0` up to `<prefix>/history/9...` (':' follows
+            // '9'), leaving out `<prefix>/history/sequences/`.
+            None => {
+                let all = self.slot_prefix(None);
+                self.read(format!("{all}0"), GetOptions::new().with_range(format!("{all}:"))).await?
+            }
+        };
+        for kv in kvs {
             match parse(&kv) {
                 Ok(entry) => entries.push(entry),
                 Err(e) => unreadable.push(e),
@@ -130,6 +197,93 @@ impl Book for EtcdBook {
             let mut etcd = self.etcd.lock().await;
             let response = etcd
                 .attempt("prune history", |mut c| async move { c.txn(txn).await })
+                .await
+                .map_err(HistoryError::Unavailable)?;
+            pruned += usize::from(response.succeeded());
+        }
+        Ok(pruned)
+    }
+
+    async fn write_segment(&self, record: &SegmentRecord) -> Result<String, HistoryError> {
+        let key = self.segment_key(record);
+        let value = serde_json::to_string(record).expect("records serialize");
+        let put = key.clone();
+        let mut etcd = self.etcd.lock().await;
+        etcd.attempt("write segment history", |mut c| async move { c.put(put, value, None).await })
+            .await
+            .map_err(HistoryError::Unavailable)?;
+        Ok(key)
+    }
+
+    async fn list_segments(
+        &self,
+        sequence: Option<&str>,
+    ) -> Result<(Vec<SegmentEntry>, Vec<HistoryError>), HistoryError> {
+        let mut entries = Vec::new();
+        let mut unreadable = Vec::new();
+        for kv in self.get_all(self.sequence_prefix(sequence)).await? {
+            match parse_segment(&kv) {
+                Ok(entry) => entries.push(entry),
+                Err(e) => unreadable.push(e),
+            }
+        }
+        Ok((entries, unreadable))
+    }
+
+    async fn segments_at(
+        &self,
+        sequence: &str,
+        value: u64,
+        limit: usize,
+    ) -> Result<(Vec<SegmentEntry>, Vec<HistoryError>), HistoryError> {
+        let prefix = self.sequence_prefix(Some(sequence));
+        let end = format!("{prefix}{}", name_start(value.saturating_add(1)));
+        let options =
+            GetOptions::new().with_range(end).with_sort(SortTarget::Key, SortOrder::Descend).with_limit(limit as i64);
+        let mut entries = Vec::new();
+        let mut unreadable = Vec::new();
+        for kv in self.read(prefix, options).await?.iter().rev() {
+            match parse_segment(kv) {
+                Ok(entry) => entries.push(entry),
+                Err(e) => unreadable.push(e),
+            }
+        }
+        Ok((entries, unreadable))
+    }
+
+    async fn prune_segments(
+        &self,
+        sequence: &str,
+        before_ms: i64,
+        keep: usize,
+        limit: usize,
+    ) -> Result<usize, HistoryError> {
+        let mut pruned = 0;
+        let prefix = self.sequence_prefix(Some(sequence));
+        let count = {
+            let options = GetOptions::new().with_prefix().with_count_only();
+            let key = prefix.clone();
+            let mut etcd = self.etcd.lock().await;
+            let got = etcd
+                .attempt("count segment history", |mut c| async move { c.get(key, Some(options)).await })
+                .await
+                .map_err(HistoryError::Unavailable)?;
+            usize::try_from(got.count()).unwrap_or(usize::MAX)
+        };
+        let beyond_kept = count.saturating_sub(keep);
+        let kvs = self.get(prefix, Some(limit + 1)).await?;
+        // The last one read may be the sequence's highest: kept.
+        for (i, kv) in kvs.iter().enumerate().take(kvs.len().saturating_sub(1)) {
+            let Ok(entry) = parse_segment(kv) else { continue };
+            if entry.record.last_claimed_ms() >= before_ms && i >= beyond_kept {
+                continue;
+            }
+            let txn = Txn::new()
+                .when([Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision())])
+                .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
+            let mut etcd = self.etcd.lock().await;
+            let response = etcd
+                .attempt("prune segment history", |mut c| async move { c.txn(txn).await })
                 .await
                 .map_err(HistoryError::Unavailable)?;
             pruned += usize::from(response.succeeded());

@@ -9,16 +9,24 @@
 //! one slot never overlap, so at most one record covers any ID: [`covering`] finds it, and
 //! [`audit`] checks the rule from the record alone.
 //!
+//! Named sequences keep theirs beside it: a [`segment::SegmentRecord`] per segment an
+//! instance held, written by [`segment_recorder`] and checked by [`segment_audit`].
+//!
 //! History never weighs on minting: [`recorder`] writes it from its own task, and a record
 //! that cannot be written is logged and counted, nothing more. Where it lives is a [`Book`]:
-//! [`etcd`] (`<prefix>/history/<slot>/<name>`) or [`file`] (`<state dir>/history/<slot>/`).
+//! [`etcd`] (`<prefix>/history/<slot>/<name>`, `<prefix>/history/sequences/<name>/<record>`)
+//! or [`file`] (`<state dir>/history/<slot>/`, `<state dir>/history/sequences/<name>/`).
 
 pub mod audit;
 pub mod etcd;
 pub mod file;
 pub mod recorder;
+pub mod segment;
+pub mod segment_audit;
+pub mod segment_recorder;
 
 use crate::layout::Slot;
+use segment::{SegmentEntry, SegmentRecord};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -151,6 +159,33 @@ pub trait Book: Send + Sync + 'static {
     async fn list(&self, slot: Option<Slot>) -> Result<(Vec<Entry>, Vec<HistoryError>), HistoryError>;
     /// Deletes up to `limit` of the oldest records of `slot` closed before `before_ms`.
     async fn prune(&self, slot: Slot, before_ms: i64, limit: usize) -> Result<usize, HistoryError>;
+    /// Writes a sequence's segment record, replacing the one of the same name (its own
+    /// earlier version: a give-back); where it now lives.
+    async fn write_segment(&self, record: &SegmentRecord) -> Result<String, HistoryError>;
+    /// Every segment record of `sequence`, or of every sequence, by sequence and first value.
+    /// Unreadable records are left out, and returned as errors beside the rest.
+    async fn list_segments(
+        &self,
+        sequence: Option<&str>,
+    ) -> Result<(Vec<SegmentEntry>, Vec<HistoryError>), HistoryError>;
+    /// The `limit` records of `sequence` with the highest first values at or below `value`,
+    /// in value order: where the one holding `value` is, without reading the whole sequence.
+    async fn segments_at(
+        &self,
+        sequence: &str,
+        value: u64,
+        limit: usize,
+    ) -> Result<(Vec<SegmentEntry>, Vec<HistoryError>), HistoryError>;
+    /// Deletes up to `limit` of the lowest segment records of `sequence` that were claimed
+    /// before `before_ms` or are more than the `keep` newest, never its highest (the segment
+    /// perhaps still handed out).
+    async fn prune_segments(
+        &self,
+        sequence: &str,
+        before_ms: i64,
+        keep: usize,
+        limit: usize,
+    ) -> Result<usize, HistoryError>;
     /// Where the history lives, for messages.
     fn describe(&self) -> String;
 }

@@ -260,6 +260,7 @@ mod tests {
     use crate::history::audit::audit;
     use crate::history::covering;
     use crate::history::file::FileBook;
+    use crate::history::segment::{SegmentEntry, SegmentRecord};
     use crate::history::{Entry, HistoryError};
 
     fn config(pid_host: &str) -> RecorderConfig {
@@ -431,13 +432,31 @@ mod tests {
         async fn prune(&self, _: Slot, _: i64, _: usize) -> Result<usize, HistoryError> {
             Ok(0)
         }
+        async fn write_segment(&self, _: &SegmentRecord) -> Result<String, HistoryError> {
+            Ok("nowhere".into())
+        }
+        async fn list_segments(&self, _: Option<&str>) -> Result<(Vec<SegmentEntry>, Vec<HistoryError>), HistoryError> {
+            Ok((Vec::new(), Vec::new()))
+        }
+        async fn segments_at(
+            &self,
+            _: &str,
+            _: u64,
+            _: usize,
+        ) -> Result<(Vec<SegmentEntry>, Vec<HistoryError>), HistoryError> {
+            Ok((Vec::new(), Vec::new()))
+        }
+        async fn prune_segments(&self, _: &str, _: i64, _: usize, _: usize) -> Result<usize, HistoryError> {
+            Ok(0)
+        }
         fn describe(&self) -> String {
             "nowhere".into()
         }
     }
 
     /// The start of an instance holding all 1,024 slots hands the
-    /// recorder a claim per slot and a reservation write per 25 slots before it has written
+    /// recorder a claim per slot and a reservation write per [`crate::store::MAX_WRITES`]
+    /// slots before it has written
     /// any of them: none is dropped.
     #[tokio::test]
     async fn the_start_of_every_slot_held_fits_the_queue() {
@@ -446,7 +465,7 @@ mod tests {
         let config = RecorderConfig { held: 1024, ..config("a") };
         let (tap, handle) = spawn(Arc::new(Discard), config, clock, metrics.clone());
         tap.observe(&Event::SessionOpened { session: 0xa, ttl: None });
-        for chunk in (0..1024).collect::<Vec<u32>>().chunks(25) {
+        for chunk in (0..1024).collect::<Vec<u32>>().chunks(crate::store::MAX_WRITES) {
             tap.observe(&Event::ReservationsWritten { slots: chunk.iter().map(|&slot| (slot, 1_003_000)).collect() });
             for &slot in chunk {
                 tap.observe(&taken(slot, 1, None, 1_003_000));

@@ -221,6 +221,19 @@ struct Claimed {
     repair: bool,
     /// Why the floor was raised past the stored reservation, if it was (a fence).
     fenced: Option<String>,
+    /// The claim's version as last known ([`Write::claim_version`]): 1 as claimed, moved on
+    /// by each confirmed write onto an absent reservation, learned again from a refusal. A
+    /// write of unknown outcome leaves it: sent again at the same version, only one of the
+    /// two can land.
+    claim_version: i64,
+}
+
+impl Claimed {
+    /// The claim version a write expecting `expect` carries: only a write onto an absent
+    /// reservation needs one.
+    fn claim_version_for(&self, expect: Option<Version>) -> Option<i64> {
+        (expect == Some(Version::Absent)).then_some(self.claim_version)
+    }
 }
 
 /// A fence as this instance knows it.
@@ -894,6 +907,7 @@ impl Keeper {
                     expect: Some(slot.version.expect("needs_write checked it")),
                     wall_ms: now.wall_ms,
                     idle: idle || (slot.phase == Phase::NeedFirstWrite && !self.minting_lately(now)),
+                    claim_version: slot.claim_version_for(slot.version),
                 }
             })
             .collect();
@@ -901,7 +915,7 @@ impl Keeper {
         // over the exact version it replaces, so a late write never lowers the reservation.
         let check_claim = !defects::active(Defect::WriteWithoutClaimCheck);
         let writes = if defects::active(Defect::WriteWithoutVersionCheck) {
-            writes.into_iter().map(|w| Write { expect: None, ..w }).collect()
+            writes.into_iter().map(|w| Write { expect: None, claim_version: None, ..w }).collect()
         } else {
             writes
         };
@@ -978,7 +992,14 @@ impl Keeper {
             let until_ms = last.max(slot.floor_ms).unwrap_or(epoch).max(epoch);
             if slot.confirmed_ms.is_some_and(|c| until_ms < c) {
                 // The writer's clock is stamped as each request goes out.
-                writes.push(Write { slot: slot.id, until_ms, expect: Some(version), wall_ms: 0, idle: true });
+                writes.push(Write {
+                    slot: slot.id,
+                    until_ms,
+                    expect: Some(version),
+                    wall_ms: 0,
+                    idle: true,
+                    claim_version: slot.claim_version_for(Some(version)),
+                });
             }
         }
         Some(writes)
@@ -1121,6 +1142,7 @@ impl Keeper {
             idle_marked: false,
             repair: false,
             fenced: None,
+            claim_version: 1,
         });
         self.slots.sort_by_key(|s| s.id);
     }
@@ -1382,6 +1404,9 @@ impl Keeper {
             let Some(slot) = self.slots.iter_mut().find(|s| s.id == write.slot) else { continue };
             let version = versions.iter().find(|(id, _)| *id == write.slot).map(|(_, v)| *v);
             slot.version = version;
+            if let Some(claim_version) = write.claim_version {
+                slot.claim_version = claim_version + 1;
+            }
             if let Some(version) = version {
                 let older = self.own_writes.get(&slot.id).map(|own| own.floor_ms);
                 let floor_ms = match older {
@@ -1439,6 +1464,9 @@ impl Keeper {
                 // The version moved: this session's own write of unknown outcome landed. Learn
                 // the version; the value is re-checked by the read it prompts if needed.
                 slot.version = read.stored.version();
+                if let Some(claim_version) = read.claim_version {
+                    slot.claim_version = claim_version;
+                }
                 // Below what this instance wrote and saw confirmed: the store lost it (went
                 // back in time). Gone altogether, it was deleted by hand (or lost to a
                 // restore, which the answer's revision tells): written again, no lower.
@@ -1555,7 +1583,8 @@ impl Keeper {
         } else {
             let deadline = self.session.as_ref().and_then(|s| s.deadline);
             let on_demand = self.slots.iter().filter(|s| s.phase == Phase::Granted).all(|s| s.idle_marked);
-            Holding::Held(Grant { slots: granted, generation: self.generation, deadline, on_demand })
+            let session = self.session.as_ref().map(|s| s.id);
+            Holding::Held(Grant { slots: granted, generation: self.generation, deadline, session, on_demand })
         };
         if holding != self.published {
             self.published = holding;
@@ -1630,10 +1659,19 @@ mod tests {
             Reply::Claimed { slot: 4, won: true }
         });
         exchange(k, now, |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: floor }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: floor,
+                claim_version: None,
+            }])
         });
         exchange(k, now, |r| match r {
-            Request::WriteReservations { writes, .. } => Reply::Written(vec![(writes[0].slot, Version::At(10))]),
+            Request::WriteReservations { writes, .. } => {
+                // Onto an absent reservation, at the new claim's version.
+                assert_eq!(writes[0].claim_version, (writes[0].expect == Some(Version::Absent)).then_some(1));
+                Reply::Written(vec![(writes[0].slot, Version::At(10))])
+            }
             other => panic!("expected the first write, got {other:?}"),
         });
         assert!(k.started());
@@ -1655,7 +1693,12 @@ mod tests {
         exchange(&mut k, at(0), |_| Reply::SessionOpened { session: 1, ttl: None });
         exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
         exchange(&mut k, at(0), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "state/4".into(), stored: Stored::Absent }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "state/4".into(),
+                stored: Stored::Absent,
+                claim_version: None,
+            }])
         });
         let mut version = 10;
         let mut writes: Vec<Write> = Vec::new();
@@ -1773,6 +1816,7 @@ mod tests {
                     slot: 2,
                     location: "/p/reservations/2".into(),
                     stored: Stored::Absent,
+                    claim_version: None,
                 }]),
                 Request::WriteReservations { .. } => Reply::Written(vec![(2, Version::At(3))]),
                 other => panic!("unexpected {other:?}"),
@@ -1840,6 +1884,7 @@ mod tests {
                             slot,
                             location: format!("/p/reservations/{slot}"),
                             stored: Stored::Absent,
+                            claim_version: None,
                         })
                         .collect(),
                 ),
@@ -1874,6 +1919,7 @@ mod tests {
                     slot: 4,
                     location: "state/worker-4.json".into(),
                     stored: Stored::Reserved { until_ms: absurd, version: Version::At(3) },
+                    claim_version: None,
                 }])
             });
             let error = k.fatal().expect("the start stops").to_string();
@@ -1911,7 +1957,12 @@ mod tests {
         assert_eq!(claim, Request::Claim { session: 78, slot: 4 }, "the lost slot is tried first");
         let own = Stored::Reserved { until_ms: WALL + 60_000, version: Version::At(10) };
         exchange(&mut k, at(1_000), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: own }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: own,
+                claim_version: None,
+            }])
         });
         exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(12))]));
         assert!(granted(&mut k).slots[0].resumes);
@@ -1923,7 +1974,12 @@ mod tests {
         exchange(&mut k, at(2_000), |_| Reply::Claimed { slot: 4, won: true });
         let theirs = Stored::Reserved { until_ms: WALL + 70_000, version: Version::At(15) };
         exchange(&mut k, at(2_000), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: theirs }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: theirs,
+                claim_version: None,
+            }])
         });
         exchange(&mut k, at(2_000), |_| Reply::Written(vec![(4, Version::At(16))]));
         let grant = granted(&mut k);
@@ -1961,7 +2017,12 @@ mod tests {
         // The store holds what it held at the snapshot: read, then written back over it.
         let restored = Stored::Reserved { until_ms: WALL + 500, version: Version::At(6) };
         let read = exchange(&mut k, at(1_000), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: restored }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: restored,
+                claim_version: None,
+            }])
         });
         assert!(matches!(read, Request::ReadReservations { .. }), "{read:?}");
         let repair = exchange(&mut k, at(1_000), |_| Reply::Written(vec![(4, Version::At(8))]));
@@ -1989,7 +2050,12 @@ mod tests {
             exchange(&mut other, at(2_000), |_| Reply::Claimed { slot: 4, won: true });
             let fence = Some(fence.clone());
             exchange(&mut other, at(2_000), |_| Reply::Reservations {
-                reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: stored.clone() }],
+                reads: vec![SlotRead {
+                    slot: 4,
+                    location: "/p/reservations/4".into(),
+                    stored: stored.clone(),
+                    claim_version: None,
+                }],
                 fence,
             });
             exchange(&mut other, at(2_000), |_| Reply::Written(vec![(4, Version::At(30))]));
@@ -2020,7 +2086,12 @@ mod tests {
                 Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
                 Request::CountSlots => Reply::SlotCount { taken: 1 },
                 Request::WriteReservations { writes, .. } if writes_seen.is_empty() => {
-                    let gone = SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: Stored::Absent };
+                    let gone = SlotRead {
+                        slot: 4,
+                        location: "/p/reservations/4".into(),
+                        stored: Stored::Absent,
+                        claim_version: None,
+                    };
                     writes_seen.push(writes.clone());
                     Reply::WriteRefused { not_ours: vec![], current: vec![gone] }
                 }
@@ -2040,6 +2111,75 @@ mod tests {
         assert!(!events.iter().any(|e| matches!(e, Event::StoreWentBack { .. })), "{events:?}");
     }
 
+    /// A write onto an absent reservation carries the claim's version as the keeper knows it:
+    /// 1 for the first write of a claim, moved on by each confirmed one, learned from a
+    /// refusal, and kept through a write of unknown outcome (sent again at the same version,
+    /// only one of the two can land). etcd compares it, so a late copy of the first write,
+    /// landing after the key was deleted by hand, cannot put back a reservation below what
+    /// was minted since (simulator seed 680721844248).
+    #[test]
+    fn a_write_onto_an_absent_reservation_carries_the_claims_version() {
+        let mut k = keeper(SlotPolicy::Leased { count: 1, preferred: vec![] }, 3_000);
+        take_slot(&mut k, at(0), Stored::Absent);
+        k.handle_progress(WALL + 2_000, vec![(4, WALL + 2_000)]);
+        let gone = |claim_version| SlotRead {
+            slot: 4,
+            location: "/p/reservations/4".into(),
+            stored: Stored::Absent,
+            claim_version,
+        };
+        let mut writes_seen: Vec<Write> = Vec::new();
+        for step in 0..40 {
+            let now = at(2_000 + step * 25);
+            let Some((id, request)) = k.poll_request(now) else { continue };
+            let reply = match &request {
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
+                Request::CountSlots => Reply::SlotCount { taken: 1 },
+                Request::ReadReservations { .. } => Reply::reservations(vec![gone(None)]),
+                Request::WriteReservations { writes, .. } => {
+                    writes_seen.push(writes[0].clone());
+                    match writes_seen.len() {
+                        // The extension finds the key deleted, the claim moved on once.
+                        1 => Reply::WriteRefused { not_ours: vec![], current: vec![gone(Some(2))] },
+                        2 => Reply::Failed { error: "no answer in time".into(), outcome: Outcome::Unknown },
+                        _ => Reply::Written(vec![(4, Version::At(20 + writes_seen.len() as i64))]),
+                    }
+                }
+                other => panic!("{other:?}"),
+            };
+            k.handle_reply(now, id, reply);
+        }
+        let seen: Vec<(Option<Version>, Option<i64>)> =
+            writes_seen.iter().map(|w| (w.expect, w.claim_version)).collect();
+        assert_eq!(
+            seen,
+            [(Some(Version::At(10)), None), (Some(Version::Absent), Some(2)), (Some(Version::Absent), Some(2))]
+        );
+        // Deleted again: the repair goes at the version its confirmed write moved it to.
+        k.handle_progress(WALL + 3_000, vec![(4, WALL + 3_000)]);
+        let mut later: Vec<Write> = Vec::new();
+        for step in 0..200 {
+            let now = at(3_000 + step * 25);
+            let Some((id, request)) = k.poll_request(now) else { continue };
+            let reply = match &request {
+                Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
+                Request::CountSlots => Reply::SlotCount { taken: 1 },
+                Request::WriteReservations { writes, .. } if later.is_empty() => {
+                    later.push(writes[0].clone());
+                    Reply::WriteRefused { not_ours: vec![], current: vec![gone(None)] }
+                }
+                Request::WriteReservations { writes, .. } => {
+                    later.push(writes[0].clone());
+                    Reply::Written(vec![(4, Version::At(40))])
+                }
+                other => panic!("{other:?}"),
+            };
+            k.handle_reply(now, id, reply);
+        }
+        let seen: Vec<(Option<Version>, Option<i64>)> = later.iter().map(|w| (w.expect, w.claim_version)).collect();
+        assert_eq!(seen[..2], [(Some(Version::At(23)), None), (Some(Version::Absent), Some(3))]);
+    }
+
     /// A keeper that took slot 4 (its first write WALL + 3,000 at version 10), lost its
     /// session, claimed the slot again at 1 s and read `stored` as its floor.
     fn reclaim_reading(stored: Stored) -> Keeper {
@@ -2050,7 +2190,12 @@ mod tests {
         exchange(&mut k, at(1_000), |_| Reply::Slots { taken: vec![], ours: vec![] });
         exchange(&mut k, at(1_000), |_| Reply::Claimed { slot: 4, won: true });
         exchange(&mut k, at(1_000), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored,
+                claim_version: None,
+            }])
         });
         k
     }
@@ -2110,7 +2255,12 @@ mod tests {
         exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
         let missing = Stored::Missing { reason: "no reservation, though the slot's history holds 2 records".into() };
         exchange(&mut k, at(0), |_| Reply::Reservations {
-            reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: missing }],
+            reads: vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: missing,
+                claim_version: None,
+            }],
             fence: Some(fence),
         });
         exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(30))]));
@@ -2188,7 +2338,12 @@ mod tests {
         exchange(&mut k, at(0), |_| Reply::Claimed { slot: 4, won: true });
         let ahead = Stored::Reserved { until_ms: WALL + 60_000, version: Version::At(5) };
         exchange(&mut k, at(0), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: ahead }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: ahead,
+                claim_version: None,
+            }])
         });
         let first = exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(6))]));
         let Request::WriteReservations { writes, .. } = first else { panic!("{first:?}") };
@@ -2228,7 +2383,12 @@ mod tests {
         // The floor is beyond the drift bound from the clock, and below the minting.
         let floor = Stored::Reserved { until_ms: WALL + 20_000, version: Version::At(5) };
         exchange(&mut k, at(0), |_| {
-            Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: floor }])
+            Reply::reservations(vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: floor,
+                claim_version: None,
+            }])
         });
         let first = exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(6))]));
         let Request::WriteReservations { writes, .. } = first else { panic!("{first:?}") };
@@ -2276,7 +2436,12 @@ mod tests {
         // back. Another instance found it first and fenced the fleet until +60 s.
         let first = Fence { until_ms: WALL + 60_000, reason: "etcd went back".into() };
         exchange(&mut k, at(1_000), |_| Reply::Reservations {
-            reads: vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored: Stored::Absent }],
+            reads: vec![SlotRead {
+                slot: 4,
+                location: "/p/reservations/4".into(),
+                stored: Stored::Absent,
+                claim_version: None,
+            }],
             fence: Some(first),
         });
         let events: Vec<Event> = std::iter::from_fn(|| k.poll_event()).collect();
@@ -2302,7 +2467,12 @@ mod tests {
             exchange(k, at(ms), |_| Reply::Slots { taken: vec![], ours: vec![] });
             exchange(k, at(ms), |_| Reply::Claimed { slot: 4, won: true });
             exchange(k, at(ms), |_| {
-                Reply::reservations(vec![SlotRead { slot: 4, location: "/p/reservations/4".into(), stored }])
+                Reply::reservations(vec![SlotRead {
+                    slot: 4,
+                    location: "/p/reservations/4".into(),
+                    stored,
+                    claim_version: None,
+                }])
             });
             exchange(k, at(ms), |_| Reply::Written(vec![(4, Version::At(wrote))]));
             granted(k).slots[0].clone()
@@ -2444,6 +2614,7 @@ mod tests {
                 slot: 4,
                 location: "/p/reservations/4".into(),
                 stored: Stored::Absent,
+                claim_version: None,
             }])
         });
         exchange(&mut k, at(0), |_| Reply::Written(vec![(4, Version::At(5))]));
@@ -2497,7 +2668,14 @@ mod tests {
         let Request::WriteReservations { writes, check_claim: true, .. } = shrink else { panic!("{shrink:?}") };
         assert_eq!(
             writes,
-            vec![Write { slot: 4, until_ms: WALL + 7, expect: Some(Version::At(10)), wall_ms: WALL + 10, idle: true }]
+            vec![Write {
+                slot: 4,
+                until_ms: WALL + 7,
+                expect: Some(Version::At(10)),
+                wall_ms: WALL + 10,
+                idle: true,
+                claim_version: None
+            }]
         );
     }
 
@@ -2518,6 +2696,7 @@ mod tests {
                 slot: 4,
                 location: "/p/reservations/4".into(),
                 stored: Stored::Reserved { until_ms: WALL + 99_000, version: Version::At(20) },
+                claim_version: None,
             }])
         });
         assert_eq!(read, Request::ReadReservations { slots: vec![4], linearizable: true });
@@ -2548,8 +2727,12 @@ mod tests {
                 Request::Renew { .. } => Reply::Renewed { ttl: Duration::from_secs(3), fence: None },
                 Request::ReadReservations { slots, .. } => {
                     self.largest_read = self.largest_read.max(slots.len());
-                    let read =
-                        |&slot| SlotRead { slot, location: format!("/p/reservations/{slot}"), stored: Stored::Absent };
+                    let read = |&slot| SlotRead {
+                        slot,
+                        location: format!("/p/reservations/{slot}"),
+                        stored: Stored::Absent,
+                        claim_version: None,
+                    };
                     Reply::reservations(slots.iter().map(read).collect())
                 }
                 Request::WriteReservations { writes, .. } => {

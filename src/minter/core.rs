@@ -997,6 +997,7 @@ mod tests {
             slots: vec![SlotGrant { slot, claim: generation, floor_ms, reserved_ms, resumes: false, fenced: None }],
             generation,
             deadline: Some(Duration::from_millis(deadline_ms)),
+            session: None,
             on_demand: false,
         })
     }
@@ -1112,6 +1113,7 @@ mod tests {
             }],
             generation: 3,
             deadline: Some(Duration::from_millis(20_000)),
+            session: None,
             on_demand: false,
         });
         for step in 0..4 {
@@ -1149,6 +1151,7 @@ mod tests {
             }],
             generation: 3,
             deadline: Some(Duration::from_millis(5_000)),
+            session: None,
             on_demand: false,
         });
         core.pass(reading(EPOCH + 1_200, 200), &resumed);

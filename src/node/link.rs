@@ -176,6 +176,7 @@ mod tests {
             }],
             generation,
             deadline: None,
+            session: None,
             on_demand: false,
         })
     }

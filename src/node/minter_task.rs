@@ -383,6 +383,7 @@ mod tests {
             }],
             generation: 1,
             deadline: None,
+            session: None,
             on_demand: false,
         });
         // Senders dropped here: the minter sees a holding that never changes.

@@ -18,4 +18,4 @@ pub mod sequences;
 pub use keeper_task::{DriverConfig, KeeperHandle, StartError, start_keeper};
 pub use link::{KeeperSide, MinterSide, PROGRESS_EVERY_MS, ToKeeper};
 pub use minter_task::{MintHandle, MinterLinks, QUEUE, spawn_minter};
-pub use sequences::{SequenceCallError, SequencesConfig, SequencesHandle, spawn_sequences};
+pub use sequences::{Fleet, SequenceCallError, SequencesConfig, SequencesHandle, Taken, spawn_sequences};

@@ -262,11 +262,11 @@ impl Connect {
                 }
                 "NextValue" => {
                     let request: NextValueRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.next_value_within(request, left()).await?)
+                    codec.encode(&self.service.next_value_within(request, left(), false).await?)
                 }
                 "BatchValues" => {
                     let request: BatchValuesRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.batch_values_within(request, left()).await?)
+                    codec.encode(&self.service.batch_values_within(request, left(), false).await?)
                 }
                 _ => return Err(unimplemented()),
             };

@@ -21,6 +21,7 @@ pub mod connections;
 pub mod context;
 pub mod direct;
 pub mod dispatch;
+pub mod forward;
 pub mod service;
 pub mod tls;
 pub mod transport;

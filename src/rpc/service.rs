@@ -17,6 +17,7 @@ use rand::Rng as _;
 use tonic::{Request, Response, Status};
 
 use super::context::CallContext;
+use super::forward::{FORWARDED, Forwarder};
 use crate::history::{self, Book, Entry, HistoryError};
 use crate::layout::{Layout, LayoutError, Slot, rfc3339_ms};
 use crate::metrics::{Metrics, OPAQUE_ENCODED, OPAQUE_REVEALED};
@@ -64,6 +65,9 @@ pub enum ServiceError {
     UuidRequest(String),
     #[error(transparent)]
     Sequence(#[from] SequenceCallError),
+    /// The answer of the instance an ordered sequence's call was forwarded to, as it came.
+    #[error("{}", .0.message())]
+    Forwarded(Status),
 }
 
 /// The one mapping from snowmint's errors to gRPC status.
@@ -83,12 +87,18 @@ pub fn status_of(error: ServiceError) -> Status {
         | ServiceError::UuidRequest(_) => Status::invalid_argument(error.to_string()),
         // The history could not be read now: ask again.
         ServiceError::History(_) => Status::unavailable(error.to_string()),
+        ServiceError::Forwarded(status) => status.clone(),
         ServiceError::Sequence(sequence) => match sequence {
             SequenceCallError::Name(_) => Status::invalid_argument(error.to_string()),
             SequenceCallError::NotFound(_) => Status::not_found(error.to_string()),
             // Used up: no retry brings more values.
             SequenceCallError::Exhausted { .. } => Status::out_of_range(error.to_string()),
             SequenceCallError::Saturated => Status::resource_exhausted(error.to_string()),
+            // Served elsewhere, to a call that was forwarded here already (one hop only), or
+            // not servable here now: retriable.
+            SequenceCallError::HeldElsewhere { .. } | SequenceCallError::NotHolding { .. } => {
+                Status::unavailable(error.to_string())
+            }
             // The store slow or gone back, the server stopping: retriable, here later or on
             // another instance.
             SequenceCallError::Stopped(_) | SequenceCallError::Deadline { .. } | SequenceCallError::ShuttingDown => {
@@ -96,6 +106,11 @@ pub fn status_of(error: ServiceError) -> Status {
             }
         },
     }
+}
+
+/// Whether another instance forwarded the call here ([`FORWARDED`]).
+fn forwarded<T>(request: &Request<T>) -> bool {
+    request.metadata().contains_key(FORWARDED)
 }
 
 /// The time the minter may take for a gRPC call, from the front door's [`CallContext`] (in
@@ -136,8 +151,14 @@ pub struct Service {
     revealed: IntCounter,
     /// Whether the layout can make UUIDs, checked once.
     uuids: Result<(), UuidError>,
-    /// The named sequences' task.
-    sequences: SequencesHandle,
+    sequences: Sequences,
+}
+
+/// How the service reaches named sequences: the sequences' task, and the instances that
+/// serve the ordered sequences this one does not.
+pub struct Sequences {
+    pub handle: SequencesHandle,
+    pub forwarder: Forwarder,
 }
 
 impl Service {
@@ -148,7 +169,7 @@ impl Service {
         metrics: Metrics,
         opaque: Option<Arc<Keyring>>,
         history: Option<Arc<dyn Book>>,
-        sequences: SequencesHandle,
+        sequences: Sequences,
     ) -> Service {
         let encoded = metrics.opaque_ids.with_label_values(&[OPAQUE_ENCODED]);
         let revealed = metrics.opaque_ids.with_label_values(&[OPAQUE_REVEALED]);
@@ -268,15 +289,27 @@ impl Service {
     }
 
     /// `NextValue`: the next value of a named sequence, answered within `timeout` if one is
-    /// given.
+    /// given. An ordered sequence served by another instance is asked of it, unless the call
+    /// was `forwarded` here already.
     pub async fn next_value_within(
         &self,
         request: NextValueRequest,
         timeout: Option<Duration>,
+        forwarded: bool,
     ) -> Result<NextValueResponse, ServiceError> {
-        let values = self.sequences.take(&request.sequence, 1, timeout).await?;
-        let value = values.first().map(|range| range.start).expect("a take of one answers one value");
-        Ok(NextValueResponse { value: value as i64 })
+        let taken = match self.sequences.handle.take(&request.sequence, 1, timeout).await {
+            Err(SequenceCallError::HeldElsewhere { address, .. }) if !forwarded => {
+                return self
+                    .sequences
+                    .forwarder
+                    .next_value(&address, request, timeout)
+                    .await
+                    .map_err(ServiceError::Forwarded);
+            }
+            taken => taken?,
+        };
+        let value = taken.values.first().map(|range| range.start).expect("a take of one answers one value");
+        Ok(NextValueResponse { value: value as i64, ordered: taken.ordered })
     }
 
     /// `BatchValues`: `count` values of one named sequence, increasing, answered within
@@ -285,13 +318,24 @@ impl Service {
         &self,
         request: BatchValuesRequest,
         timeout: Option<Duration>,
+        forwarded: bool,
     ) -> Result<BatchValuesResponse, ServiceError> {
         let count = self.batch_count(request.count)?;
         self.metrics.batch_size.observe(count as f64);
-        let ranges = self.sequences.take(&request.sequence, count as u64, timeout).await?;
-        let values: Vec<i64> = ranges.into_iter().flat_map(|range| range.map(|value| value as i64)).collect();
+        let taken = match self.sequences.handle.take(&request.sequence, count as u64, timeout).await {
+            Err(SequenceCallError::HeldElsewhere { address, .. }) if !forwarded => {
+                return self
+                    .sequences
+                    .forwarder
+                    .batch_values(&address, request, timeout)
+                    .await
+                    .map_err(ServiceError::Forwarded);
+            }
+            taken => taken?,
+        };
+        let values: Vec<i64> = taken.values.into_iter().flat_map(|range| range.map(|value| value as i64)).collect();
         debug_assert_eq!(values.len(), count);
-        Ok(BatchValuesResponse { values })
+        Ok(BatchValuesResponse { values, ordered: taken.ordered })
     }
 
     /// `Decode`: the ID's parts, with the server's layout or a named one; an opaque ID
@@ -480,16 +524,16 @@ impl IdService for Service {
     }
 
     async fn next_value(&self, request: Request<NextValueRequest>) -> Result<Response<NextValueResponse>, Status> {
-        let timeout = timeout_of(&request);
-        respond(self.next_value_within(request.into_inner(), timeout).await)
+        let (timeout, forwarded) = (timeout_of(&request), forwarded(&request));
+        respond(self.next_value_within(request.into_inner(), timeout, forwarded).await)
     }
 
     async fn batch_values(
         &self,
         request: Request<BatchValuesRequest>,
     ) -> Result<Response<BatchValuesResponse>, Status> {
-        let timeout = timeout_of(&request);
-        respond(self.batch_values_within(request.into_inner(), timeout).await)
+        let (timeout, forwarded) = (timeout_of(&request), forwarded(&request));
+        respond(self.batch_values_within(request.into_inner(), timeout, forwarded).await)
     }
 }
 

@@ -1,15 +1,17 @@
 //! Sequences in etcd: each record under `<prefix>/sequences/<name>`, its version the key's
-//! mod_revision, every write a transaction that compares it.
+//! mod_revision, every write a transaction that compares it. The holder of an ordered
+//! sequence is `<prefix>/sequence-holders/<name>`, bound to the holder's lease (it goes when
+//! the lease does), and each of the holder's writes also compares that the key is still
+//! bound to its lease.
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::Mutex;
 
 use super::record::Record;
 use super::segments::{Answer, Op};
-use super::store::{Created, Listed, SequenceStore};
-use crate::store::StoreError;
-use crate::store::Version;
+use super::store::{Created, HeldBy, Listed, SequenceStore};
 use crate::store::etcd::{Endpoints, EtcdConfig};
+use crate::store::{SessionId, StoreError, Version};
 
 /// The sequences of one etcd prefix.
 pub struct EtcdSequences {
@@ -30,6 +32,10 @@ impl EtcdSequences {
         format!("{}{name}", self.dir())
     }
 
+    fn holder_key(&self, name: &str) -> String {
+        format!("{}/sequence-holders/{name}", self.prefix)
+    }
+
     async fn read(&self, name: &str) -> Result<Option<(Version, Record)>, String> {
         let key = self.key(name);
         let response =
@@ -37,16 +43,20 @@ impl EtcdSequences {
         response.kvs().first().map(|kv| parse(name, kv)).transpose()
     }
 
-    async fn write(&self, name: &str, expect: Version, record: &Record) -> Answer {
+    async fn write(&self, name: &str, expect: Version, record: &Record, holder: Option<SessionId>) -> Answer {
         let key = self.key(name);
         let revision = match expect {
             Version::Absent => 0,
             Version::At(revision) => revision,
         };
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
-            .and_then([TxnOp::put(key.clone(), record.encode(), None)])
-            .or_else([TxnOp::get(key, None)]);
+        let mut compares = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, revision)];
+        let mut reads = vec![TxnOp::get(key.clone(), None)];
+        if let Some(session) = holder {
+            let holder_key = self.holder_key(name);
+            compares.push(Compare::lease(holder_key.clone(), CompareOp::Equal, session));
+            reads.push(TxnOp::get(holder_key, None));
+        }
+        let txn = Txn::new().when(compares).and_then([TxnOp::put(key.clone(), record.encode(), None)]).or_else(reads);
         let response =
             match self.etcd.lock().await.attempt("write sequence", |mut c| async move { c.txn(txn).await }).await {
                 Ok(response) => response,
@@ -58,10 +68,18 @@ impl EtcdSequences {
                 None => Answer::Unknown("etcd answered a sequence write without its revision".into()),
             };
         }
-        let now = response.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get.kvs().first().map(|kv| parse(name, kv))),
+        let mut gets = response.op_responses().into_iter().filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get),
             _ => None,
         });
+        let now = gets.next().map(|get| get.kvs().first().map(|kv| parse(name, kv)));
+        if let Some(session) = holder {
+            match gets.next() {
+                Some(get) if get.kvs().first().is_some_and(|kv| kv.lease() == session) => {}
+                Some(_) => return Answer::NotHolder,
+                None => return Answer::Unknown("etcd refused a sequence write without showing its holder".into()),
+            }
+        }
         match now {
             Some(Some(Err(error))) => Answer::Unknown(error),
             Some(Some(Ok(current))) => Answer::Refused(Some(current)),
@@ -78,14 +96,39 @@ fn parse(name: &str, kv: &etcd_client::KeyValue) -> Result<(Version, Record), St
 }
 
 impl SequenceStore for EtcdSequences {
-    async fn call(&self, name: &str, op: Op) -> Answer {
+    async fn call(&self, name: &str, op: Op, holder: Option<SessionId>) -> Answer {
         match op {
             Op::Read => match self.read(name).await {
                 Ok(current) => Answer::Read(current),
                 Err(error) => Answer::Unknown(error),
             },
-            Op::Write { expect, record } => self.write(name, expect, &record).await,
+            Op::Write { expect, record } => self.write(name, expect, &record, holder).await,
         }
+    }
+
+    async fn hold(&self, name: &str, session: SessionId, address: &str) -> Result<HeldBy, String> {
+        let key = self.holder_key(name);
+        let mine = HeldBy { session, address: address.to_string() };
+        let value = serde_json::to_vec(&mine).expect("a holder serializes");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session)))])
+            .or_else([TxnOp::get(key, None)]);
+        let response = self.etcd.lock().await.attempt("hold sequence", |mut c| async move { c.txn(txn).await }).await?;
+        if response.succeeded() {
+            return Ok(mine);
+        }
+        for op in response.op_responses() {
+            if let TxnOpResponse::Get(get) = op
+                && let Some(kv) = get.kvs().first()
+            {
+                let held: HeldBy = serde_json::from_slice(kv.value())
+                    .map_err(|e| format!("the holder of sequence {name:?} is not one: {e}"))?;
+                // The lease the key is bound to is what holds it, whatever the value says.
+                return Ok(HeldBy { session: kv.lease(), address: held.address });
+            }
+        }
+        Err(format!("etcd refused to make this instance the holder of sequence {name:?} and showed no other"))
     }
 
     async fn create(&self, name: &str, record: &Record) -> Result<Created, String> {

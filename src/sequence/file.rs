@@ -17,8 +17,8 @@ use tokio::sync::Mutex;
 
 use super::record::{Record, check_name};
 use super::segments::{Answer, Op};
-use super::store::{Created, Listed, SequenceStore};
-use crate::store::Version;
+use super::store::{Created, HeldBy, Listed, SequenceStore};
+use crate::store::{SessionId, Version};
 
 /// What a sequence's file holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -90,7 +90,8 @@ fn sync_dir(dir: &Path) -> Result<(), String> {
 }
 
 impl SequenceStore for FileSequences {
-    async fn call(&self, name: &str, op: Op) -> Answer {
+    /// One process uses a state dir: it holds every ordered sequence, so `holder` adds nothing.
+    async fn call(&self, name: &str, op: Op, _holder: Option<SessionId>) -> Answer {
         check_name(name).expect("sequence names are checked before they reach the store");
         let (name, path) = (name.to_string(), self.path(name));
         let _turn = self.lock.clone().lock_owned().await;
@@ -113,6 +114,10 @@ impl SequenceStore for FileSequences {
         })
         .await;
         answer.unwrap_or_else(Answer::Unknown)
+    }
+
+    async fn hold(&self, _name: &str, session: SessionId, address: &str) -> Result<HeldBy, String> {
+        Ok(HeldBy { session, address: address.to_string() })
     }
 
     async fn create(&self, name: &str, record: &Record) -> Result<Created, String> {

@@ -16,4 +16,4 @@ pub mod store;
 
 pub use record::{ClaimId, MAX_NAME_LEN, MAX_VALUE, Record, RecordError, check_name};
 pub use segments::{Answer, Event, Op, SegmentConfig, Segments, SequenceError};
-pub use store::{Created, Listed, SequenceStore};
+pub use store::{Created, HeldBy, Listed, SequenceStore};

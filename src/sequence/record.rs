@@ -33,9 +33,19 @@ pub struct Record {
     /// serves it.
     #[serde(default)]
     pub ordered: bool,
-    /// The claim that moved `next` last; `None` for a sequence no segment was taken of yet.
+    /// The claim that moved `next` last; `None` for a sequence no segment was taken of yet,
+    /// or moved last by a fence.
     #[serde(default)]
     pub claim: Option<ClaimId>,
+    /// How many times `snowmint fence` moved the sequence up (after a restore of its store):
+    /// an instance that meets a higher count than it saw takes the record as fenced, not as
+    /// gone back, when `next` stands above every value it took.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fenced: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why a name or a record cannot be used.
@@ -84,7 +94,19 @@ impl Record {
         if max < start || max > MAX_VALUE {
             return Err(RecordError::Max { start, max });
         }
-        Ok(Record { next: start, max, ordered, claim: None })
+        Ok(Record { next: start, max, ordered, claim: None, fenced: 0 })
+    }
+
+    /// The record as `snowmint fence` leaves it after a restore: `skip` values further on (at
+    /// most one past the maximum), counted as fenced once more, naming no claim, so no claim
+    /// made before the fence is taken for one that landed.
+    pub fn fence(&self, skip: u64) -> Record {
+        Record {
+            next: self.next.saturating_add(skip).min(self.max + 1),
+            claim: None,
+            fenced: self.fenced + 1,
+            ..self.clone()
+        }
     }
 
     /// How many values the sequence has left to give out, in segments not yet taken.
@@ -132,7 +154,7 @@ mod tests {
         record.claim = Some(ClaimId { session: 7, number: 3 });
         assert_eq!(Record::decode("orders", &record.encode()), Ok(record.clone()));
         assert_eq!(record.left(), MAX_VALUE - 999);
-        let used_up = Record { next: 11, max: 10, ordered: false, claim: None };
+        let used_up = Record { next: 11, max: 10, ordered: false, claim: None, fenced: 0 };
         assert_eq!(used_up.left(), 0);
         assert!(Record::decode("orders", &used_up.encode()).is_ok());
         for bad in
@@ -141,8 +163,20 @@ mod tests {
             let error = Record::decode("orders", bad).unwrap_err();
             assert!(error.to_string().contains("\"orders\""), "{error}");
         }
+        assert!(!String::from_utf8(Record::new(1, 5, false).unwrap().encode()).unwrap().contains("fenced"));
         assert_eq!(Record::new(0, 5, false), Err(RecordError::Start(0)));
         assert_eq!(Record::new(6, 5, false), Err(RecordError::Max { start: 6, max: 5 }));
         assert_eq!(Record::new(1, MAX_VALUE + 1, false), Err(RecordError::Max { start: 1, max: MAX_VALUE + 1 }));
+    }
+
+    #[test]
+    fn a_fence_moves_the_sequence_up_to_one_past_its_maximum_and_counts() {
+        let mut record = Record::new(10, 1000, true).unwrap();
+        record.claim = Some(ClaimId { session: 7, number: 3 });
+        let fenced = record.fence(500);
+        assert_eq!((fenced.next, fenced.claim, fenced.fenced, fenced.ordered), (510, None, 1, true));
+        assert_eq!(Record::decode("orders", &fenced.encode()), Ok(fenced.clone()));
+        let again = fenced.fence(u64::MAX);
+        assert_eq!((again.next, again.fenced, again.left()), (1001, 2, 0));
     }
 }

@@ -15,7 +15,9 @@
 //!   given up (a gap, never a repeat), even if the write lands later, when its compare fails.
 //! - **Never below.** A record below what this instance saw stored (a version, or a `next`
 //!   under the end of a segment it took) is the store gone back (a restored snapshot): the
-//!   sequence refuses on this instance rather than take the same values again.
+//!   sequence refuses on this instance rather than take the same values again, until the
+//!   record shows `snowmint fence` moved it above every value this instance took (asked
+//!   again, it reads the record at most once every [`RECHECK_INTERVAL`]).
 //! - **Give back only what nobody could have.** At a clean close the unused values at the
 //!   top of the sequence go back, by a compare-and-set on the version of this instance's own
 //!   last claim, so only when nothing was taken after it.
@@ -31,6 +33,10 @@ use std::time::Duration;
 
 use super::record::{ClaimId, Record};
 use crate::store::Version;
+
+/// How often a sequence whose store went back reads the record again while callers ask, to
+/// see whether a fence moved it past what this instance took.
+pub const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How segments are sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +76,8 @@ pub enum Answer {
     Refused(Option<(Version, Record)>),
     /// Nobody knows whether the operation took effect (a timeout, a lost connection).
     Unknown(String),
+    /// The write was refused, untouched: this instance no longer holds the ordered sequence.
+    NotHolder,
 }
 
 /// Why a sequence gives no more values on this instance.
@@ -80,11 +88,13 @@ pub enum SequenceError {
     #[error("sequence {name:?} has issued every value up to its maximum, {max}")]
     Exhausted { name: String, max: u64 },
     #[error(
-        "the store of sequence {name:?} went back ({found}): it was restored from a snapshot, or the record was changed by hand; this instance gives no more of its values, so none is issued twice"
+        "the store of sequence {name:?} went back ({found}): it was restored from a snapshot, or the record was changed by hand; this instance gives none of its values until `snowmint fence --sequence-skip` moves it past them, so none is issued twice"
     )]
     WentBack { name: String, found: String },
     #[error("sequence {0:?} is closed on this instance")]
     Closed(String),
+    #[error("ordered sequence {0:?} is no longer served by this instance (its lease lapsed, or another took it)")]
+    NotHolder(String),
 }
 
 /// What happened, for metrics, logs and the audit of segments.
@@ -97,7 +107,11 @@ pub enum Event {
     ClaimLost { claim: ClaimId, values: Range<u64> },
     /// Unused values went back to the sequence at a clean close.
     GaveBack { values: Range<u64> },
-    /// The sequence stopped on this instance.
+    /// `snowmint fence` moved the sequence up (its count now `fenced`) to `next`, above every
+    /// value this instance took: values it held from before are dropped, claims go on above.
+    Fenced { fenced: u64, next: u64 },
+    /// The sequence stopped on this instance (a store gone back: until a fence moves it past
+    /// what this instance took).
     Stopped(SequenceError),
 }
 
@@ -143,6 +157,8 @@ pub struct Segments {
     /// The highest version seen stored, and the end of the last segment confirmed ours.
     highest_version: Option<Version>,
     highest_end: u64,
+    /// The highest fence count seen on the record.
+    highest_fenced: u64,
     /// Whether this instance's own last claim is the record's latest write (nothing taken
     /// after it), as far as it knows: the give-back's condition.
     last_claim_is_top: bool,
@@ -152,6 +168,15 @@ pub struct Segments {
     last_claim_at: Option<Duration>,
     /// Values the last take could not give: a claim is due while fewer are here.
     wanted: u64,
+    /// The store went back: nothing is handed out or claimed until a fence shows above what
+    /// this instance took. When the record was last read for it, and whether a caller asked
+    /// since.
+    went_back: Option<SequenceError>,
+    rechecked_at: Option<Duration>,
+    recheck: bool,
+    /// This instance serves the sequence if it is ordered (it holds it under its lease): an
+    /// ordered sequence is neither claimed nor handed out otherwise.
+    holds: bool,
     state: State,
     events: VecDeque<Event>,
 }
@@ -173,11 +198,16 @@ impl Segments {
             next_claim: 0,
             highest_version: None,
             highest_end: 0,
+            highest_fenced: 0,
             last_claim_is_top: false,
             last_size: 0,
             taken_since_claim: 0,
             last_claim_at: None,
             wanted: 0,
+            went_back: None,
+            rechecked_at: None,
+            recheck: false,
+            holds: false,
             state: State::Running,
             events: VecDeque::new(),
         }
@@ -204,6 +234,9 @@ impl Segments {
         if let State::Done(error) = &self.state {
             return Some(error.clone());
         }
+        if let Some(error) = &self.went_back {
+            return Some(error.clone());
+        }
         if self.ready.is_empty()
             && self.pending.is_none()
             && let Some((_, record)) = &self.known
@@ -222,6 +255,14 @@ impl Segments {
         if self.state != State::Running {
             return out;
         }
+        if self.went_back.is_some() {
+            self.recheck = true;
+            return out;
+        }
+        if self.is_ordered() && !self.holds {
+            self.wanted = want;
+            return out;
+        }
         while left > 0 {
             let Some(front) = self.ready.front_mut() else { break };
             let n = left.min(front.end - front.start);
@@ -235,6 +276,26 @@ impl Segments {
         self.taken_since_claim += want - left;
         self.wanted = left;
         out
+    }
+
+    /// Whether the record read says the sequence is ordered.
+    pub fn is_ordered(&self) -> bool {
+        self.known().is_some_and(|record| record.ordered)
+    }
+
+    /// Tells the machine this instance holds the sequence (it serves it, if ordered). Set
+    /// once: an instance that stops holding it drops this machine and what it held.
+    pub fn hold(&mut self) {
+        self.holds = true;
+    }
+
+    /// Asks for the record to be read again, when the store went back, to see whether a fence
+    /// moved it past what this instance took: at most once every [`RECHECK_INTERVAL`]. A take
+    /// asks the same.
+    pub fn recheck(&mut self) {
+        if self.went_back.is_some() {
+            self.recheck = true;
+        }
     }
 
     /// Stops taking segments; the next operation gives the unused values back when nothing
@@ -270,6 +331,15 @@ impl Segments {
                     return None;
                 }
             },
+            State::Running if self.went_back.is_some() => {
+                let due = self.rechecked_at.is_none_or(|at| now >= at + RECHECK_INTERVAL);
+                if !(self.recheck && due) {
+                    return None;
+                }
+                self.recheck = false;
+                self.rechecked_at = Some(now);
+                (InFlight::Read, Op::Read)
+            }
             State::Running => {
                 if self.known.is_none() || self.pending.as_ref().is_some_and(|p| p.unknown) {
                     (InFlight::Read, Op::Read)
@@ -291,7 +361,7 @@ impl Segments {
     /// half the last segment (and no second segment is waiting).
     fn needs_claim(&self) -> bool {
         let Some((_, record)) = &self.known else { return false };
-        if record.left() == 0 {
+        if record.left() == 0 || (record.ordered && !self.holds) {
             return false;
         }
         let available = self.available();
@@ -315,6 +385,9 @@ impl Segments {
         let claim = ClaimId { session: self.session, number: self.next_claim };
         self.next_claim += 1;
         let values = record.next..record.next + size;
+        if crate::defects::active(crate::defects::Defect::ValueBeforeDurable) {
+            self.ready.push_back(values.clone());
+        }
         self.pending = Some(Pending { claim, values: values.clone(), unknown: false });
         self.last_size = size;
         self.taken_since_claim = 0;
@@ -405,6 +478,12 @@ impl Segments {
                 self.stop(SequenceError::Closed(self.name.clone()));
             }
             (InFlight::GiveBack(_), Answer::Refused(_)) => self.stop(SequenceError::Closed(self.name.clone())),
+            (InFlight::Read, Answer::NotHolder) => {}
+            (InFlight::Claim(_) | InFlight::GiveBack(_), Answer::NotHolder) => {
+                // Refused untouched: nothing of the claim landed.
+                self.pending = None;
+                self.stop(SequenceError::NotHolder(self.name.clone()));
+            }
         }
     }
 
@@ -425,13 +504,31 @@ impl Segments {
     fn confirm(&mut self, pending: Pending) {
         self.highest_end = self.highest_end.max(pending.values.end);
         self.last_claim_is_top = true;
-        self.ready.push_back(pending.values.clone());
+        if !crate::defects::active(crate::defects::Defect::ValueBeforeDurable) {
+            self.ready.push_back(pending.values.clone());
+        }
         self.events.push_back(Event::Claimed { claim: pending.claim, values: pending.values });
     }
 
     /// Checks a record the store showed against what this instance knew: `false` (and the
-    /// sequence stopped here) when the store went back.
+    /// sequence stopped here) when the store went back. A record fenced more times than seen,
+    /// its `next` above every value this instance took, is a fence after a restore: its
+    /// version is the new baseline, and the values held from before it are dropped.
     fn saw(&mut self, version: Version, record: &Record) -> bool {
+        if record.fenced > self.highest_fenced && record.next >= self.highest_end {
+            self.highest_fenced = record.fenced;
+            if self.highest_version.replace(version).is_some() {
+                // Met while running (a first read just learns the count).
+                self.ready.clear();
+                self.last_claim_is_top = false;
+                self.went_back = None;
+                self.events.push_back(Event::Fenced { fenced: record.fenced, next: record.next });
+            }
+            return true;
+        }
+        if self.went_back.is_some() {
+            return false;
+        }
         let found = if self.highest_version.is_some_and(|highest| version < highest) {
             Some(format!("its record is at {version:?}, below {:?} seen before", self.highest_version.unwrap()))
         } else if record.next < self.highest_end {
@@ -442,7 +539,10 @@ impl Segments {
         if let Some(found) = found {
             self.ready.clear();
             self.pending = None;
-            self.stop(SequenceError::WentBack { name: self.name.clone(), found });
+            self.last_claim_is_top = false;
+            let error = SequenceError::WentBack { name: self.name.clone(), found };
+            self.events.push_back(Event::Stopped(error.clone()));
+            self.went_back = Some(error);
             return false;
         }
         self.highest_version = Some(self.highest_version.map_or(version, |highest| highest.max(version)));
@@ -702,6 +802,58 @@ mod tests {
         assert!(matches!(segments.error(), Some(SequenceError::WentBack { .. })), "{:?}", segments.error());
         assert!(matches!(events(&mut segments)[..], [Event::Stopped(SequenceError::WentBack { .. })]));
         assert_eq!(store.next(), 1, "no claim is made on a store gone back");
+    }
+
+    /// A restore followed by `snowmint fence`: the record went back in version, but a higher
+    /// fence count with `next` above every value this instance took is the fence, not the
+    /// store gone back; the values held from before it are dropped (a gap), and claims go on
+    /// above. A fence that moved too little is still the store gone back.
+    #[test]
+    fn a_fence_above_what_was_taken_is_followed_and_one_below_it_stops_the_sequence() {
+        let mut store = Store::new(1, MAX_VALUE);
+        let mut segments = Segments::new("orders", 7, config());
+        settle(&mut segments, &mut store, T0);
+        assert_eq!(values(&segments.take(3)), vec![1, 2, 3]);
+        settle(&mut segments, &mut store, T0);
+        let _ = events(&mut segments);
+        // Restored from a snapshot taken before the claim, then fenced 50 values on.
+        store.version = 1;
+        store.record = Some(Record::new(1, MAX_VALUE, false).unwrap().fence(50));
+        segments.take(100);
+        settle(&mut segments, &mut store, T0);
+        let after = values(&segments.take(5));
+        assert_eq!(after, vec![51, 52, 53, 54, 55], "claims go on above the fence");
+        assert!(matches!(events(&mut segments)[..], [Event::Fenced { fenced: 1, next: 51 }, Event::Claimed { .. }]));
+
+        // A fence that does not reach past what this instance took.
+        let mut store = Store::new(1, MAX_VALUE);
+        let mut segments = Segments::new("orders", 7, config());
+        settle(&mut segments, &mut store, T0);
+        segments.take(3);
+        store.version = 1;
+        store.record = Some(Record::new(1, MAX_VALUE, false).unwrap().fence(5));
+        segments.take(100);
+        settle(&mut segments, &mut store, T0);
+        assert!(matches!(segments.error(), Some(SequenceError::WentBack { .. })), "{:?}", segments.error());
+        assert_eq!(store.next(), 6, "no claim is made below what was taken");
+
+        // Refused until a fence reaches past it: the record is read again when asked, at most
+        // once a second, and the sequence goes on above the fence.
+        let _ = events(&mut segments);
+        segments.recheck();
+        settle(&mut segments, &mut store, T0);
+        assert!(matches!(segments.error(), Some(SequenceError::WentBack { .. })), "{:?}", segments.error());
+        segments.recheck();
+        assert_eq!(segments.poll_op(T0), None, "read again within a second");
+        store.record = Some(store.record.clone().unwrap().fence(100));
+        store.version += 1;
+        segments.recheck();
+        let later = T0 + RECHECK_INTERVAL;
+        settle(&mut segments, &mut store, later);
+        assert_eq!(segments.error(), None);
+        settle(&mut segments, &mut store, later);
+        assert_eq!(values(&segments.take(2)), vec![106, 107]);
+        assert!(matches!(events(&mut segments)[..], [Event::Fenced { fenced: 2, next: 106 }, Event::Claimed { .. }]));
     }
 
     #[test]

@@ -6,9 +6,19 @@
 //! write took effect answers [`Answer::Unknown`]; the segment machine then reads the record
 //! back.
 
+use serde::{Deserialize, Serialize};
+
 use super::record::Record;
 use super::segments::{Answer, Op};
-use crate::store::Version;
+use crate::store::{SessionId, Version};
+
+/// Who serves an ordered sequence: the session (an etcd lease) its holder key is bound to,
+/// and the address the other instances forward its calls to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldBy {
+    pub session: SessionId,
+    pub address: String,
+}
 
 /// A sequence as listed: its name, the version of its record, and the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +41,18 @@ pub enum Created {
 pub trait SequenceStore: Send + Sync + 'static {
     /// Carries out one operation of a segment machine on sequence `name`. Never panics on
     /// the store's failures: a read that failed, or a write of unknown outcome, is
-    /// [`Answer::Unknown`].
-    fn call(&self, name: &str, op: Op) -> impl Future<Output = Answer> + Send;
+    /// [`Answer::Unknown`]. With `holder`, a write applies only while that session holds the
+    /// (ordered) sequence, else it is [`Answer::NotHolder`].
+    fn call(&self, name: &str, op: Op, holder: Option<SessionId>) -> impl Future<Output = Answer> + Send;
+
+    /// Makes `session` the holder of ordered sequence `name`, serving it at `address`, unless
+    /// another session holds it: who holds it after the call.
+    fn hold(
+        &self,
+        name: &str,
+        session: SessionId,
+        address: &str,
+    ) -> impl Future<Output = Result<HeldBy, String>> + Send;
 
     /// Creates sequence `name` with `record`, unless it exists.
     fn create(&self, name: &str, record: &Record) -> impl Future<Output = Result<Created, String>> + Send;

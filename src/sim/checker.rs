@@ -17,9 +17,14 @@ use std::collections::BTreeMap;
 
 use super::Us;
 use super::etcd::{Note, Owner};
+use super::sequence_write;
 use crate::layout::{Layout, Slot};
 use crate::store::SessionId;
 use crate::uuid7;
+
+mod sequences;
+
+pub use sequences::SequenceChecker;
 
 /// How the store answered the checker's questions at the instant of a mint.
 pub struct StoreView {
@@ -65,6 +70,8 @@ pub struct Checker {
     /// The least history a compaction may keep (the compactor's interval, less a call's
     /// timeout and the clocks' rate error); zero where the fleet does not compact.
     pub compaction_min_kept_us: Us,
+    /// The named sequences' values and segments.
+    pub sequences: SequenceChecker,
     pub violations: Vec<String>,
     pub ids: u64,
     pub responses: u64,
@@ -106,6 +113,7 @@ impl Checker {
                 self.writes.entry(slot).or_default().push((now, until_ms, writer, session));
             }
             Note::Freed { .. } => {}
+            Note::SegmentTaken { sequence, claim, values } => self.sequences.taken(sequence, claim, values),
             Note::Restored { taken } => {
                 self.restored = true;
                 self.restores.push((taken, now));
@@ -126,6 +134,22 @@ impl Checker {
                     );
                 }
             }
+        }
+    }
+
+    /// `values` of sequence `sequence` answered to one caller by `owner`, whose claims are
+    /// named by `session`.
+    pub fn issued_values(
+        &mut self,
+        now: Us,
+        sequence: sequence_write::SequenceIndex,
+        owner: Owner,
+        session: i64,
+        ordered: bool,
+        values: &[std::ops::Range<u64>],
+    ) {
+        for broken in self.sequences.issued(sequence, owner, session, ordered, values) {
+            self.violation(now, broken);
         }
     }
 
@@ -240,28 +264,7 @@ impl Checker {
 
     /// Records the IDs `first..=last` as issued; the lowest of them issued before, if any.
     fn record(&mut self, first: u64, last: u64) -> Option<u64> {
-        // The run that starts at or below `last` nearest to it, and the one before `first`.
-        if let Some((&start, &end)) = self.seen.range(..=last).next_back()
-            && end >= first
-        {
-            return Some(start.max(first));
-        }
-        // Disjoint: merge with the runs just before and just after, when they touch.
-        let mut from = first;
-        let mut to = last;
-        if let Some((&start, &end)) = self.seen.range(..first).next_back()
-            && end.checked_add(1) == Some(first)
-        {
-            from = start;
-            self.seen.remove(&start);
-        }
-        if let Some(after) = last.checked_add(1)
-            && let Some(end) = self.seen.remove(&after)
-        {
-            to = end;
-        }
-        self.seen.insert(from, to);
-        None
+        record_run(&mut self.seen, first, last)
     }
 
     /// Checks `count` IDs minted on `slot` (ticks from `lowest`, the last one ending at
@@ -374,6 +377,34 @@ impl Checker {
         let by = self.minted_by.entry((slot, owner)).or_insert(i64::MIN);
         *by = (*by).max(tick_end);
     }
+}
+
+/// Adds the run `first..=last` to `seen` (disjoint runs of consecutive numbers, first →
+/// last), merging it with the runs it touches; or, when some of it is there already, the
+/// first such number, leaving `seen` as it was.
+fn record_run(seen: &mut BTreeMap<u64, u64>, first: u64, last: u64) -> Option<u64> {
+    // The run that starts at or below `last` nearest to it, and the one before `first`.
+    if let Some((&start, &end)) = seen.range(..=last).next_back()
+        && end >= first
+    {
+        return Some(start.max(first));
+    }
+    // Disjoint: merge with the runs just before and just after, when they touch.
+    let mut from = first;
+    let mut to = last;
+    if let Some((&start, &end)) = seen.range(..first).next_back()
+        && end.checked_add(1) == Some(first)
+    {
+        from = start;
+        seen.remove(&start);
+    }
+    if let Some(after) = last.checked_add(1)
+        && let Some(end) = seen.remove(&after)
+    {
+        to = end;
+    }
+    seen.insert(from, to);
+    None
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 use std::collections::BTreeMap;
 
 use super::etcd::{Note, Owner};
+use super::sequence_write::{self, SequenceIndex};
 use crate::layout::Slot;
+use crate::sequence::{Answer, Op, Record};
 use crate::store::file::order::{Ticket, Tickets, Turn, Turns};
 use crate::store::file::rules::{self, Revisions};
 use crate::store::{Outcome, Reply, Request, SlotRead, Stored, Version};
@@ -31,6 +33,8 @@ pub enum FileState {
 #[derive(Debug, Default)]
 pub struct Disk {
     pub files: BTreeMap<Slot, FileState>,
+    /// The named sequences' files (`sequences/<name>.json`): each record at its revision.
+    pub sequences: BTreeMap<SequenceIndex, (i64, Record)>,
 }
 
 impl Disk {
@@ -42,7 +46,46 @@ impl Disk {
             }
             FileState::Corrupt => Stored::Corrupt { reason: "not JSON".into() },
         };
-        SlotRead { slot, location: format!("state/worker-{slot}.json"), stored }
+        SlotRead { slot, location: format!("state/worker-{slot}.json"), stored, claim_version: None }
+    }
+
+    /// An operation of a segment machine on sequence `sequence`, as the file sequence store
+    /// makes it under its process's lock: the file read, compared on its revision, and
+    /// replaced whole (temp file, fsync, rename, fsync of the dir). A failed write is of
+    /// unknown outcome to the store, before the rename (nothing changed) or after it (the
+    /// new file may or may not survive); `fault` says which ([`DiskFault::Stall`] only
+    /// slows the answer, which the caller waits for).
+    pub fn sequence_call(
+        &mut self,
+        sequence: SequenceIndex,
+        op: &Op,
+        fault: DiskFault,
+        notes: &mut Vec<Note>,
+    ) -> Answer {
+        let current = self.sequences.get(&sequence).map(|(revision, record)| (Version::At(*revision), record.clone()));
+        let Op::Write { expect, record } = op else { return Answer::Read(current) };
+        let note = match sequence_write::apply(sequence, current.as_ref(), *expect, record) {
+            Err(refused) => return refused,
+            Ok(note) => note,
+        };
+        let landed = match fault {
+            DiskFault::None | DiskFault::Stall { .. } => true,
+            DiskFault::FailedBefore => false,
+            DiskFault::FailedAfter { landed } => landed,
+        };
+        let revision = current.map_or(0, |(version, _)| match version {
+            Version::At(revision) => revision,
+            Version::Absent => 0,
+        }) + 1;
+        if landed {
+            self.sequences.insert(sequence, (revision, record.clone()));
+            notes.extend(note);
+        }
+        match fault {
+            DiskFault::None | DiskFault::Stall { .. } => Answer::Written(Version::At(revision)),
+            DiskFault::FailedBefore => Answer::Unknown("no space left on device".into()),
+            DiskFault::FailedAfter { .. } => Answer::Unknown("fsync of the sequences dir failed".into()),
+        }
     }
 
     /// Whether a start would find a corrupt file (the real store refuses to open it).

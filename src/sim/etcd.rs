@@ -24,13 +24,22 @@
 //! when a leader takes office). A slot's history is modelled as one key per slot, written
 //! when a reservation is (the recorder writes a claim's record once its first reservation
 //! is written).
+//!
+//! Named sequences' records are keys too (`Key::Sequence`), their version the mod revision,
+//! written by a transaction comparing it ([`super::sequence_write`]); a restore brings them
+//! back with the rest, and the operator's fence moves them on ([`EtcdModel::fence_sequences`]).
+//! An ordered sequence's holder is a key bound to the holder's lease (`Key::Holder`,
+//! [`EtcdModel::hold`]): it goes when the lease expires, comes back with a restored snapshot,
+//! and a holder's write compares it is still its own.
 
 use std::collections::BTreeMap;
 
 use super::Us;
+use super::sequence_write::{self, SequenceIndex};
 use crate::layout::Slot;
+use crate::sequence::{Answer, ClaimId, Op, Record};
 use crate::store::{
-    Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version,
+    Fence, MAX_READS, MAX_WRITES, Outcome, PeerClock, Reply, Request, SessionId, SlotRead, Stored, Version, Write,
 };
 use crate::upkeep::compactor;
 
@@ -46,6 +55,11 @@ pub enum Key {
     Fence,
     /// The compaction key: what its last writer compacts to, and its version.
     Compaction,
+    /// A named sequence's record (`<prefix>/sequences/<name>`).
+    Sequence(SequenceIndex),
+    /// The holder of an ordered sequence (`<prefix>/sequence-holders/<name>`), bound to the
+    /// holder's lease.
+    Holder(SequenceIndex),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +68,13 @@ pub enum Value {
     Reservation(i64),
     Used,
     Fence(i64),
-    Compaction { compact_to: i64, version: i64 },
+    Compaction {
+        compact_to: i64,
+        version: i64,
+    },
+    Sequence(Record),
+    /// An ordered sequence's holder: the key's lease is what holds it.
+    Holder,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +83,9 @@ pub struct Kv {
     pub create_rev: i64,
     pub mod_rev: i64,
     pub lease: i64,
+    /// How many times the key was put since it was created (etcd's version): 1 as built,
+    /// counted on by [`EtcdModel::set`] over a key that exists.
+    pub version: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -97,6 +120,9 @@ pub enum Note {
     Compacted { revision: i64, kept_us: Us },
     /// The slot's worker key went away (lease expired or revoked, released, deleted by hand).
     Freed { slot: Slot },
+    /// A named sequence's claim took effect: its record's `next` moved from `values.start` to
+    /// `values.end` (empty when the write did not move it up) naming `claim`.
+    SegmentTaken { sequence: SequenceIndex, claim: ClaimId, values: std::ops::Range<u64> },
 }
 
 /// The state a snapshot keeps.
@@ -129,6 +155,9 @@ pub struct EtcdModel {
     history: Vec<(Us, Key, Option<Kv>)>,
     /// Per slot, the writer's wall clock published with its latest reservation write.
     written_at: BTreeMap<Slot, i64>,
+    /// Per named sequence, the end of the highest segment any claim ever took: what an
+    /// operator reads from the metrics after a restore (never restored itself).
+    sequence_tops: BTreeMap<SequenceIndex, u64>,
     pub notes: Vec<Note>,
 }
 
@@ -139,7 +168,8 @@ impl EtcdModel {
         }
         match &kv {
             Some(kv) => {
-                self.kv.insert(key, kv.clone());
+                let version = self.kv.get(&key).map_or(1, |old| old.version + 1);
+                self.kv.insert(key, Kv { version, ..kv.clone() });
             }
             None => {
                 if let (Key::Worker(slot), Some(_)) = (key, self.kv.remove(&key)) {
@@ -283,8 +313,112 @@ impl EtcdModel {
         }
         self.rev += 1;
         let create_rev = self.kv.get(&Key::Fence).map_or(self.rev, |kv| kv.create_rev);
-        let kv = Kv { value: Value::Fence(until_ms), create_rev, mod_rev: self.rev, lease: 0 };
+        let kv = Kv { value: Value::Fence(until_ms), create_rev, mod_rev: self.rev, lease: 0, version: 1 };
         self.set(now, Key::Fence, Some(kv));
+    }
+
+    /// `snowmint sequence create`: sequence `sequence`'s record, unless it exists.
+    pub fn create_sequence(&mut self, now: Us, sequence: SequenceIndex, record: Record) {
+        let key = Key::Sequence(sequence);
+        if !self.kv.contains_key(&key) {
+            self.rev += 1;
+            let kv =
+                Kv { value: Value::Sequence(record), create_rev: self.rev, mod_rev: self.rev, lease: 0, version: 1 };
+            self.set(now, key, Some(kv));
+        }
+    }
+
+    fn sequence(&self, sequence: SequenceIndex) -> Option<(Version, Record)> {
+        match self.kv.get(&Key::Sequence(sequence)) {
+            Some(Kv { value: Value::Sequence(record), mod_rev, .. }) => Some((Version::At(*mod_rev), record.clone())),
+            _ => None,
+        }
+    }
+
+    /// An operation of a segment machine on sequence `sequence`, as the etcd sequence store
+    /// makes it: a linearizable read, or a transaction comparing the key's mod_revision.
+    /// A holder's write (`holder`: its lease) also compares that the holder key is still
+    /// bound to that lease: [`Answer::NotHolder`] if not.
+    pub fn sequence_call(&mut self, now: Us, sequence: SequenceIndex, op: &Op, holder: Option<SessionId>) -> Answer {
+        let Op::Write { expect, record } = op else { return Answer::Read(self.sequence(sequence)) };
+        if let Some(session) = holder {
+            self.expire(now);
+            if self.kv.get(&Key::Holder(sequence)).is_none_or(|kv| kv.lease != session) {
+                return Answer::NotHolder;
+            }
+        }
+        if now < self.nospace_until {
+            return Answer::Unknown("etcdserver: mvcc: database space exceeded".into());
+        }
+        let key = Key::Sequence(sequence);
+        match sequence_write::apply(sequence, self.sequence(sequence).as_ref(), *expect, record) {
+            Err(refused) => refused,
+            Ok(note) => {
+                self.rev += 1;
+                let create_rev = self.kv.get(&key).map_or(self.rev, |kv| kv.create_rev);
+                let value = Value::Sequence(record.clone());
+                self.set(now, key, Some(Kv { value, create_rev, mod_rev: self.rev, lease: 0, version: 1 }));
+                if let Some(Note::SegmentTaken { values, .. }) = &note {
+                    let top = self.sequence_tops.entry(sequence).or_default();
+                    *top = (*top).max(values.end);
+                }
+                self.notes.extend(note);
+                Answer::Written(Version::At(self.rev))
+            }
+        }
+    }
+
+    /// Makes `session` the holder of ordered sequence `sequence` unless one is (a transaction
+    /// putting the holder key bound to the lease if it has no create revision, else reading
+    /// it): the lease that holds it, or why etcd refused.
+    pub fn hold(&mut self, now: Us, sequence: SequenceIndex, session: SessionId) -> Result<SessionId, String> {
+        self.expire(now);
+        let key = Key::Holder(sequence);
+        if let Some(kv) = self.kv.get(&key) {
+            return Ok(kv.lease);
+        }
+        if now < self.nospace_until {
+            return Err("etcdserver: mvcc: database space exceeded".into());
+        }
+        if !self.leases.contains_key(&session) {
+            return Err("etcdserver: requested lease not found".into());
+        }
+        self.rev += 1;
+        self.set(
+            now,
+            key,
+            Some(Kv { value: Value::Holder, create_rev: self.rev, mod_rev: self.rev, lease: session, version: 1 }),
+        );
+        Ok(session)
+    }
+
+    /// The operator's fence of the named sequences after a restore (`snowmint fence
+    /// --sequence-skip N`): each record moved up by [`Record::fence`], N the values the
+    /// metrics show were taken since the snapshot (every value any segment took above the
+    /// restored `next`: those issued and those held unused), by a put that moves its
+    /// mod_revision on.
+    pub fn fence_sequences(&mut self, now: Us) {
+        let fenced: Vec<(SequenceIndex, Record)> = self
+            .kv
+            .iter()
+            .filter_map(|(key, kv)| match (key, &kv.value) {
+                (Key::Sequence(sequence), Value::Sequence(record)) => {
+                    let top = self.sequence_tops.get(sequence).copied().unwrap_or(0);
+                    Some((*sequence, record.fence(top.saturating_sub(record.next))))
+                }
+                _ => None,
+            })
+            .collect();
+        for (sequence, record) in fenced {
+            self.rev += 1;
+            let key = Key::Sequence(sequence);
+            let create_rev = self.kv.get(&key).map_or(self.rev, |kv| kv.create_rev);
+            self.set(
+                now,
+                key,
+                Some(Kv { value: Value::Sequence(record), create_rev, mod_rev: self.rev, lease: 0, version: 1 }),
+            );
+        }
     }
 
     /// A request of an instance's compactor.
@@ -313,7 +447,7 @@ impl EtcdModel {
                 self.rev += 1;
                 let create_rev = if version == 0 { self.rev } else { create_rev };
                 let value = Value::Compaction { compact_to, version: version + 1 };
-                self.set(now, Key::Compaction, Some(Kv { value, create_rev, mod_rev: self.rev, lease: 0 }));
+                self.set(now, Key::Compaction, Some(Kv { value, create_rev, mod_rev: self.rev, lease: 0, version: 1 }));
                 compactor::Reply::Won { revision: self.rev, fence }
             }
             compactor::Request::Compact { revision } if revision <= self.compacted => {
@@ -360,7 +494,7 @@ impl EtcdModel {
             }
             Some(Kv { value, .. }) => Stored::Corrupt { reason: format!("{value:?}, not a reservation") },
         };
-        SlotRead { slot, location: format!("/sim/reservations/{slot}"), stored }
+        SlotRead { slot, location: format!("/sim/reservations/{slot}"), stored, claim_version: None }
     }
 
     /// Applies `request` from `owner` at `now`. `stale_at`: for a serializable read, the
@@ -451,8 +585,13 @@ impl EtcdModel {
                 match self.kv.get(&Key::Worker(*slot)) {
                     None => {
                         self.rev += 1;
-                        let kv =
-                            Kv { value: Value::Owner(owner), create_rev: self.rev, mod_rev: self.rev, lease: *session };
+                        let kv = Kv {
+                            value: Value::Owner(owner),
+                            create_rev: self.rev,
+                            mod_rev: self.rev,
+                            lease: *session,
+                            version: 1,
+                        };
                         self.set(now, Key::Worker(*slot), Some(kv));
                         self.notes.push(Note::Claimed { slot: *slot, owner, session: *session });
                         Reply::Claimed { slot: *slot, won: true }
@@ -473,19 +612,31 @@ impl EtcdModel {
                 let held = |model: &EtcdModel, slot: Slot| {
                     model.kv.get(&Key::Worker(slot)).is_some_and(|kv| kv.lease == *session)
                 };
-                let version_ok = |model: &EtcdModel, slot: Slot, expect: Option<Version>| {
-                    let mod_rev = model.kv.get(&Key::Reservation(slot)).map_or(0, |kv| kv.mod_rev);
-                    match expect {
+                let claim_version =
+                    |model: &EtcdModel, slot: Slot| model.kv.get(&Key::Worker(slot)).map(|kv| kv.version);
+                let version_ok = |model: &EtcdModel, write: &Write| {
+                    let mod_rev = model.kv.get(&Key::Reservation(write.slot)).map_or(0, |kv| kv.mod_rev);
+                    match write.expect {
                         None => true,
-                        Some(Version::Absent) => mod_rev == 0,
+                        // As the store compares: absent, and the claim still at the version
+                        // the writer knew (which the write moves on).
+                        Some(Version::Absent) => {
+                            mod_rev == 0
+                                && write.claim_version.is_none_or(|v| claim_version(model, write.slot) == Some(v))
+                        }
                         Some(Version::At(rev)) => mod_rev == rev,
                     }
                 };
-                let ok =
-                    writes.iter().all(|w| (!check_claim || held(self, w.slot)) && version_ok(self, w.slot, w.expect));
+                let ok = writes.iter().all(|w| (!check_claim || held(self, w.slot)) && version_ok(self, w));
                 if !ok {
                     let not_ours = writes.iter().filter(|w| !held(self, w.slot)).map(|w| w.slot).collect();
-                    let current = writes.iter().map(|w| self.slot_read(w.slot, None)).collect();
+                    let current = writes
+                        .iter()
+                        .map(|w| SlotRead {
+                            claim_version: claim_version(self, w.slot),
+                            ..self.slot_read(w.slot, None)
+                        })
+                        .collect();
                     return Reply::WriteRefused { not_ours, current };
                 }
                 self.rev += 1;
@@ -495,9 +646,22 @@ impl EtcdModel {
                     let key = Key::Reservation(write.slot);
                     let create_rev = self.kv.get(&key).map_or(rev, |kv| kv.create_rev);
                     let was_held = held(self, write.slot);
-                    let kv = Kv { value: Value::Reservation(write.until_ms), create_rev, mod_rev: rev, lease: 0 };
+                    let kv = Kv {
+                        value: Value::Reservation(write.until_ms),
+                        create_rev,
+                        mod_rev: rev,
+                        lease: 0,
+                        version: 1,
+                    };
                     self.set(now, key, Some(kv));
-                    let used = Kv { value: Value::Used, create_rev: rev, mod_rev: rev, lease: 0 };
+                    if write.expect == Some(Version::Absent)
+                        && write.claim_version.is_some()
+                        && let Some(worker) = self.kv.get(&Key::Worker(write.slot)).cloned()
+                    {
+                        // Put again as it is: its version moves on.
+                        self.set(now, Key::Worker(write.slot), Some(Kv { mod_rev: rev, ..worker }));
+                    }
+                    let used = Kv { value: Value::Used, create_rev: rev, mod_rev: rev, lease: 0, version: 1 };
                     self.kv.entry(Key::History(write.slot)).or_insert(used);
                     if write.idle {
                         self.written_at.remove(&write.slot);

@@ -18,6 +18,12 @@ struct Sweep {
     faults: BTreeMap<&'static str, u64>,
     minted_on_lost_key: u64,
     compactions: u64,
+    /// Values of named sequences handed out, every one checked.
+    sequence_values: u64,
+    /// Sequences stopped on a process that found their store gone back.
+    sequences_went_back: u64,
+    /// Sequences taken up again above a fence by a process that ran across a restore.
+    sequences_fenced: u64,
     /// The first failing seed and what it broke.
     failure: Option<(u64, Vec<String>)>,
 }
@@ -48,6 +54,9 @@ fn sweep_until(seeds: &[u64], defect: Option<Defect>, deadline: Option<Instant>)
         sweep.ids += report.ids;
         sweep.minted_on_lost_key += report.minted_on_lost_key;
         sweep.compactions += report.compactions;
+        sweep.sequence_values += report.sequence_values;
+        sweep.sequences_went_back += report.sequences_went_back;
+        sweep.sequences_fenced += report.sequences_fenced;
         for (fault, n) in report.faults {
             *sweep.faults.entry(fault).or_default() += n;
         }
@@ -79,6 +88,7 @@ fn the_default_sweep_finds_no_violation_first_half() {
     // Across the sweep (one replayed schedule may compact seldom or never).
     if std::env::var_os("SNOWMINT_SIM_SEED").is_none() {
         assert!(result.compactions > 100, "the fleets compacted etcd's history {} times", result.compactions);
+        assert!(result.sequence_values > 100_000, "{} sequence values checked", result.sequence_values);
     }
 }
 
@@ -241,15 +251,38 @@ fn a_stalled_state_file_write_landing_after_a_newer_one_is_caught() {
     caught(Defect::StaleWriteLandsLate);
 }
 
+/// A named sequence's segment claim that the store applies without its compare: two
+/// instances take the same values.
+#[test]
+fn a_segment_claim_without_the_compare_is_caught() {
+    caught(Defect::SegmentWithoutCompare);
+}
+
+/// A named sequence's values handed out before their claim is durable: a claim refused, or
+/// lost in the network, has its values handed out all the same.
+#[test]
+fn a_value_handed_out_before_its_claim_is_durable_is_caught() {
+    caught(Defect::ValueBeforeDurable);
+}
+
+/// The holder of an ordered sequence goes on serving it after its lease's deadline passed:
+/// another process holds it by then and answers values above, and the late holder's next
+/// answer goes back.
+#[test]
+fn an_ordered_sequence_served_past_its_lease_is_caught() {
+    caught(Defect::OrderedPastLease);
+}
+
 /// Schedules that long sweeps once failed, each for its own reason (see the CHANGELOG): they
 /// stay in every run, whatever the default sweep's range.
-const FOUND_BY_LONG_SWEEPS: [u64; 6] = [
-    7_340_949_700,  // a resumed claim applied an older claim's floor
-    96_273_628_996, // a write held up in the network landed after a restore
-    96_223_646_376, // a re-claim read its own write, made before a restore
-    12_021_697_578, // a compactor acted on a round answer it took in late
-    12_021_811_556, // a reservation a restore threw away was taken as a floor
-    12_021_825_488, // stale copies of a keeper wake multiplied (the simulator's own loop)
+const FOUND_BY_LONG_SWEEPS: [u64; 7] = [
+    7_340_949_700,   // a resumed claim applied an older claim's floor
+    96_273_628_996,  // a write held up in the network landed after a restore
+    96_223_646_376,  // a re-claim read its own write, made before a restore
+    12_021_697_578,  // a compactor acted on a round answer it took in late
+    12_021_811_556,  // a reservation a restore threw away was taken as a floor
+    12_021_825_488,  // stale copies of a keeper wake multiplied (the simulator's own loop)
+    680_721_844_248, // a late copy of a slot's first write landed after its key was deleted by hand
 ];
 
 #[test]
@@ -281,6 +314,9 @@ fn long_sweep() {
     println!("schedules      {} (seeds {first}..{})", result.schedules, first + result.schedules);
     println!("schedules/s    {:.0}", result.schedules as f64 / secs);
     println!("IDs checked    {}", result.ids);
+    println!("sequence values checked {}", result.sequence_values);
+    println!("sequences stopped on finding their store gone back: {}", result.sequences_went_back);
+    println!("sequences taken up again above the fence after a restore: {}", result.sequences_fenced);
     println!("minted on a key deleted by hand, within the reservation: {}", result.minted_on_lost_key);
     println!("etcd's history compacted by the fleets: {} times", result.compactions);
     println!("faults injected:");

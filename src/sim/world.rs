@@ -30,11 +30,13 @@ use crate::minter::{
     Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, NoTally, Pending, Reading, Responder,
 };
 use crate::node::{KeeperSide, MinterSide};
+use crate::sequence::{Answer as SequenceAnswer, Op as SequenceOp};
 use crate::store::etcd::Horizon;
 use crate::store::{Outcome, Reply, Request, SessionId};
 use crate::upkeep::compactor::{self, Compactor};
 
 mod hand_over;
+mod sequences;
 
 /// Unix µs at simulated time zero: well after the layout's epoch.
 const WALL_AT_ZERO_US: i64 = 1_780_000_000_000_000;
@@ -373,6 +375,61 @@ enum Ev {
     Fault,
     /// The hand-over's script looks at the world and takes its next step when it is due.
     Script,
+    /// A caller asks a machine for values of a named sequence.
+    SequenceAsk {
+        m: usize,
+    },
+    /// A sequence's operation goes to the store, its backoff waited out.
+    SequenceSend {
+        m: usize,
+        inc: u32,
+        index: usize,
+        id: u64,
+        op: SequenceOp,
+        /// The holder's lease its write compares, for an ordered sequence.
+        holder: Option<SessionId>,
+    },
+    /// A sequence's operation reaches the store (`sequence`: what the store knows it by).
+    SequenceArrive {
+        m: usize,
+        inc: u32,
+        index: usize,
+        sequence: crate::sim::sequence_write::SequenceIndex,
+        id: u64,
+        op: SequenceOp,
+        holder: Option<SessionId>,
+        copy: bool,
+    },
+    /// The store's answer to a sequence's operation reaches the process.
+    SequenceAnswer {
+        m: usize,
+        inc: u32,
+        index: usize,
+        id: u64,
+        answer: SequenceAnswer,
+    },
+    /// The process gives up on a sequence's operation.
+    SequenceTimeout {
+        m: usize,
+        inc: u32,
+        index: usize,
+        id: u64,
+    },
+    /// A process's ask to hold an ordered sequence under its lease reaches etcd.
+    SequenceHold {
+        m: usize,
+        inc: u32,
+        index: usize,
+        session: SessionId,
+    },
+    /// Who holds an ordered sequence (its lease), or why that is not known, reaches the
+    /// process that asked.
+    SequenceHeld {
+        m: usize,
+        inc: u32,
+        index: usize,
+        held: Result<SessionId, String>,
+    },
 }
 
 /// A reply, and the connection it answers.
@@ -432,6 +489,8 @@ struct Process {
     compactor: Option<Compactor>,
     compactor_horizon: Horizon,
     compactor_timer: Option<Us>,
+    /// The named sequences this process serves ([`sequences`]).
+    sequences: Vec<sequences::Entry>,
 }
 
 /// A machine: its clocks, its disk and its current process.
@@ -528,6 +587,14 @@ pub struct Report {
     pub events: u64,
     /// Compactions of etcd's history the fleet made.
     pub compactions: u64,
+    /// Values of named sequences handed to callers, every one checked.
+    pub sequence_values: u64,
+    /// Sequences stopped on a process that found their store gone back (a restore).
+    pub sequences_went_back: u64,
+    /// Sequences that a process running across a restore took up again above the fence.
+    pub sequences_fenced: u64,
+    /// Ordered sequences a process stopped serving as the lease it held them under lapsed.
+    pub sequence_leases_lapsed: u64,
 }
 
 /// The connection whose answers are taken as UUIDs (its asks are small batches), as a
@@ -561,6 +628,8 @@ pub struct World {
     tracing: bool,
     /// The hand-over's script, in a schedule of that kind.
     script: Option<hand_over::Script>,
+    /// The named sequences of the schedule (none in many).
+    sequences: sequences::Fleet,
 }
 
 /// The kinds of schedule.
@@ -601,6 +670,12 @@ impl World {
                 params.bursty = false;
             }
             Kind::HandOver => hand_over::shape(&mut params, &mut rng),
+        }
+        let mut records = Vec::new();
+        let mut fleet = sequences::Fleet::draw(seed, &mut records);
+        if kind != Kind::Random {
+            fleet.count = 0;
+            records.clear();
         }
         let skew = params.skew_us;
         let machines = (0..params.machines)
@@ -651,7 +726,9 @@ impl World {
             etcd_down_until: 0,
             tracing: std::env::var_os("SNOWMINT_SIM_TRACE").is_some(),
             script: None,
+            sequences: fleet,
         };
+        world.create_sequences(records);
         world.checker.compaction_min_kept_us = compaction_min_kept_us;
         for m in 0..world.machines.len() {
             let at = world.rng.between(0, 300) * MS;
@@ -720,6 +797,7 @@ impl World {
         self.report.uuids = self.checker.uuids;
         self.report.responses = self.checker.responses;
         self.report.minted_on_lost_key = self.checker.minted_on_lost_key;
+        self.report.sequence_values = self.checker.sequences.values;
         self.report
     }
 
@@ -845,6 +923,8 @@ impl World {
                     let params = &self.params;
                     let wall_ms = (WALL_AT_ZERO_US + now as i64 + params.skew_us).div_euclid(1000);
                     self.etcd.set_fence(now, wall_ms + params.fence_window_ms);
+                    // The same command moves the named sequences past what was taken.
+                    self.etcd.fence_sequences(now);
                 }
             }
             Ev::Snapshot => {
@@ -920,6 +1000,48 @@ impl World {
                 }
             }
             Ev::Script => self.direct(),
+            Ev::SequenceAsk { m } => {
+                let next = self.now + self.sequences.rng.exp(self.sequences.ask_every as f64).max(100);
+                self.schedule(next, Ev::SequenceAsk { m });
+                if self.now < self.machines[m].quiet_until || self.deferred(m, &Ev::SequenceAsk { m }) {
+                    return;
+                }
+                self.sequence_ask(m);
+            }
+            Ev::SequenceSend { m, inc, index, id, op, holder } => {
+                let ev = Ev::SequenceSend { m, inc, index, id, op, holder };
+                if self.deferred(m, &ev) || !self.is_current(m, inc) {
+                    return;
+                }
+                let Ev::SequenceSend { op, .. } = ev else { unreachable!() };
+                self.send_sequence_op(m, inc, index, id, op, holder);
+            }
+            Ev::SequenceArrive { m, inc, index, sequence, id, op, holder, copy } => {
+                self.sequence_arrive(m, inc, index, sequence, id, op, holder, copy)
+            }
+            Ev::SequenceHold { m, inc, index, session } => self.sequence_hold(m, inc, index, session),
+            Ev::SequenceHeld { m, inc, index, held } => {
+                let ev = Ev::SequenceHeld { m, inc, index, held };
+                if self.deferred(m, &ev) || !self.is_current(m, inc) {
+                    return;
+                }
+                let Ev::SequenceHeld { held, .. } = ev else { unreachable!() };
+                self.sequence_held(m, index, held);
+            }
+            Ev::SequenceAnswer { m, inc, index, id, answer } => {
+                let ev = Ev::SequenceAnswer { m, inc, index, id, answer };
+                if self.deferred(m, &ev) || !self.is_current(m, inc) {
+                    return;
+                }
+                let Ev::SequenceAnswer { answer, .. } = ev else { unreachable!() };
+                self.sequence_answer(m, index, id, answer);
+            }
+            Ev::SequenceTimeout { m, inc, index, id } => {
+                if self.deferred(m, &Ev::SequenceTimeout { m, inc, index, id }) || !self.is_current(m, inc) {
+                    return;
+                }
+                self.sequence_answer(m, index, id, SequenceAnswer::Unknown("no answer in time".into()));
+            }
             Ev::Fault => {
                 if self.now < self.params.fault_until {
                     self.inject();
@@ -1037,6 +1159,7 @@ impl World {
             compactor: None,
             compactor_horizon: Horizon::default(),
             compactor_timer: None,
+            sequences: self.new_entries(m, inc),
         });
         if self.params.mode == Mode::Etcd
             && let Some(interval) = self.params.compaction_interval
@@ -1116,7 +1239,7 @@ impl World {
         let machine = &self.machines[m];
         let Some(p) = machine.process.as_ref() else { return };
         if p.stopping && p.keeper.keeper().is_done() {
-            self.exit(m);
+            self.exit_if_done(m);
             return;
         }
         if !p.stopping
@@ -1129,6 +1252,7 @@ impl World {
             let p = self.machines[m].process.as_mut().expect("running");
             p.stopping = true;
             p.keeper.finish(Minted::Unknown);
+            self.close_sequences(m);
             self.step(m);
             return;
         }
@@ -1480,6 +1604,15 @@ impl World {
         self.trace(|| format!("m{m} stalled write {}", if landed { "lands" } else { "dropped" }));
     }
 
+    /// The process ends once its keeper is done and its sequences have given back what they
+    /// could (after a stop).
+    fn exit_if_done(&mut self, m: usize) {
+        let Some(p) = self.machines[m].process.as_ref() else { return };
+        if p.stopping && p.keeper.keeper().is_done() && self.sequences_done(m) {
+            self.exit(m);
+        }
+    }
+
     /// The process ends (after a stop); a new one starts a little later.
     fn exit(&mut self, m: usize) {
         self.machines[m].process = None;
@@ -1501,6 +1634,7 @@ impl World {
                 // The request a client sent while the process was stopped; its next one is
                 // already scheduled.
                 Ev::Ask { m } => self.ask(m),
+                Ev::SequenceAsk { m } => self.sequence_ask(m),
                 ev => self.handle(ev),
             }
         }
@@ -1632,6 +1766,7 @@ impl World {
                 p.minter.refuse_all(MintError::ShuttingDown);
                 let minted = if fault == Fault::MinterFailsAtStop { Minted::Unknown } else { p.minter.minted() };
                 p.keeper.finish(minted);
+                self.close_sequences(m);
                 self.step(m);
             }
             Fault::Pause | Fault::Suspend => {

@@ -378,7 +378,7 @@ impl FileStore {
                 Err(e) => return Err(e.to_string()),
             };
             self.known.read(slot, &stored);
-            reads.push(SlotRead { slot, location, stored });
+            reads.push(SlotRead { slot, location, stored, claim_version: None });
         }
         Ok(reads)
     }
@@ -650,6 +650,7 @@ mod tests {
             expect: Some(expect),
             wall_ms: until_ms - 3_000,
             idle: false,
+            claim_version: None,
         };
         let reply = store
             .call(Request::WriteReservations {
@@ -700,6 +701,7 @@ mod tests {
                     expect: Some(expect),
                     wall_ms: until_ms - 3_000,
                     idle: false,
+                    claim_version: None,
                 })
                 .collect(),
             check_claim: true,
@@ -765,7 +767,14 @@ mod tests {
             let mut store = FileStore::open(&config, &Layout::default_snowmint()).unwrap();
             let write = |until_ms, expect| Request::WriteReservations {
                 session: 1,
-                writes: vec![Write { slot: 3, until_ms, expect: Some(expect), wall_ms: until_ms - 3_000, idle: false }],
+                writes: vec![Write {
+                    slot: 3,
+                    until_ms,
+                    expect: Some(expect),
+                    wall_ms: until_ms - 3_000,
+                    idle: false,
+                    claim_version: None,
+                }],
                 check_claim: true,
             };
             let reply = store.call(write(1_800_000_005_000, Version::Absent)).await;

@@ -1,7 +1,9 @@
 //! A fleet of real snowmint processes for fault injection: each node runs the real binary
 //! under libfaketime (its wall clock offset driven through a file, the monotonic clock left
-//! alone), with a client hammering it and keeping every ID. Faults act on real processes:
-//! kill -9, SIGSTOP/SIGCONT, clock steps, etcd members killed or paused, state files broken.
+//! alone), with a client hammering it and keeping every ID and, in a fleet made with its
+//! named sequences ([`SEQUENCES`]), callers taking their values. Faults act on real
+//! processes: kill -9, SIGSTOP/SIGCONT, clock steps, etcd members killed or paused, state
+//! files broken.
 //!
 //! The fault scenarios live here too, so the bounded suite and the soak run the same code.
 
@@ -12,12 +14,29 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::etcd::EtcdCluster;
+use super::sequences::{self, ValueCall, hammer_values_into};
 use super::{HammerLog, Process, ServerBuilder, assert_increasing, hammer_into, http_get, metric_value};
 use snowmint::layout::Layout;
 
 /// The pause between a hammer's calls: enough load to exercise every path, few enough IDs
 /// that a long soak can keep and check them all.
 const PACE: Duration = Duration::from_millis(2);
+
+/// The named sequences a fleet made with them hammers: `orders` (from 1,000) and `tickets`
+/// (from 1). Each node serves them with segments of 5 to 50 values
+/// (`--sequence-min-segment`, `--sequence-max-segment`), so that under the callers' load
+/// each node claims a new segment of each a few times a second, racing the others for the
+/// same record.
+pub const SEQUENCES: [(&str, i64); 2] = [("orders", 1_000), ("tickets", 1)];
+const SEQUENCE_NAMES: &[&str] = &[SEQUENCES[0].0, SEQUENCES[1].0];
+
+/// How many callers (each on a connection of its own) take values from each node, and the
+/// pause between each one's calls.
+const VALUE_CALLERS: usize = 2;
+const VALUE_PACE: Duration = Duration::from_millis(5);
+
+/// How long after a fault every node's sequences may take to answer again.
+const VALUE_RECOVERY_LIMIT: Duration = Duration::from_secs(10);
 
 /// How a node gets its worker ID.
 #[derive(Debug, Clone)]
@@ -45,6 +64,8 @@ pub struct Node {
     live: Option<LiveHammer>,
     /// Logs of this node's earlier lifetimes.
     pub done: Vec<HammerLog>,
+    /// Whether its hammer also takes values of the fleet's [`SEQUENCES`] (which must exist).
+    pub sequences: bool,
 }
 
 impl Node {
@@ -61,6 +82,7 @@ impl Node {
             process: None,
             live: None,
             done: Vec::new(),
+            sequences: false,
         }
     }
 
@@ -91,6 +113,7 @@ impl Node {
         server
             .args(["--lease-ttl", "3", "--max-clock-back-ms", "50"])
             .args(["--forward-jump-threshold-ms", "500"])
+            .args(["--sequence-min-segment", "5", "--sequence-max-segment", "50"])
             .args(&self.extra)
             .args(extra)
     }
@@ -102,12 +125,27 @@ impl Node {
 
     pub fn start_with(&mut self, extra: &[&str]) {
         assert!(self.process.is_none(), "{} already running", self.name);
-        let process = self.server(extra).spawn();
+        self.process = Some(self.server(extra).spawn());
+        self.attach_hammer();
+    }
+
+    /// Starts hammering the running process: IDs, and the fleet's sequences if it has them.
+    fn attach_hammer(&mut self) {
+        let addr = self.process.as_ref().expect("running").grpc;
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(HammerLog::default()));
-        let task = hammer_into(process.grpc, stop.clone(), log.clone(), PACE);
+        let mut tasks = vec![hammer_into(addr, stop.clone(), log.clone(), PACE)];
+        if self.sequences {
+            for _ in 0..VALUE_CALLERS {
+                tasks.push(hammer_values_into(addr, SEQUENCE_NAMES, stop.clone(), log.clone(), VALUE_PACE));
+            }
+        }
+        let task = tokio::spawn(async move {
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
         self.live = Some((task, stop, log));
-        self.process = Some(process);
     }
 
     /// Runs the binary with this node's arguments to completion, at most [`super::EXIT_LIMIT`]:
@@ -192,6 +230,32 @@ impl Node {
     pub fn live_bulk_ids(&self) -> Vec<u64> {
         self.live.as_ref().map(|l| l.2.lock().unwrap().bulk.clone()).unwrap_or_default()
     }
+
+    /// Runs `f` on the live hammer's log, if it hammers.
+    fn with_live_log<R>(&self, f: impl FnOnce(&HammerLog) -> R) -> Option<R> {
+        self.live.as_ref().map(|l| f(&l.2.lock().unwrap()))
+    }
+
+    /// Waits until every sequence answered a call that ended after `after`; how long after
+    /// `after` the last of them did.
+    pub async fn values_recovered_after(&self, after: Instant, limit: Duration) -> Duration {
+        let mut latest = Duration::ZERO;
+        for &sequence in SEQUENCE_NAMES {
+            loop {
+                let answered = self.with_live_log(|log| {
+                    let calls = log.values.iter().filter(|c| c.sequence == sequence);
+                    calls.filter(|c| c.code == tonic::Code::Ok && c.end > after).map(|c| c.end).min()
+                });
+                if let Some(t) = answered.expect("hammering") {
+                    latest = latest.max(t.duration_since(after));
+                    break;
+                }
+                assert!(after.elapsed() < limit, "{}: no {sequence} value within {limit:?}", self.name);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        latest
+    }
 }
 
 /// Whether this process may give a child a hostname of its own (a UTS namespace: root, or
@@ -206,13 +270,18 @@ pub fn can_set_hostname() -> bool {
 }
 
 /// What one fault did.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     pub fault: &'static str,
     /// The longest run of refused calls on an affected node.
     pub refusal: Duration,
     /// From the end of the fault to the first ID from every affected node.
     pub recovery: Duration,
+    /// The longest run of refused sequence calls on any node, from the previous fault's end
+    /// to this one's (zero in a fleet without sequences).
+    pub value_refusal: Duration,
+    /// From the end of the fault until every node's every sequence answered again.
+    pub value_recovery: Duration,
 }
 
 /// The longest stretch of non-OK calls among `calls`.
@@ -253,38 +322,97 @@ pub struct Fleet {
     pub outcomes: Vec<Outcome>,
     /// Logs of nodes removed from the fleet.
     pub retired: Vec<HammerLog>,
+    /// Whether the fleet's [`SEQUENCES`] exist and every node (newcomers too) hammers them.
+    pub sequences: bool,
+    /// When the fault being injected began: the end of the previous one (or the start).
+    since: Instant,
+}
+
+/// What a fleet's checks went through: every ID and every sequence value it was given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checked {
+    pub ids: usize,
+    pub values: usize,
 }
 
 impl Fleet {
-    /// `n` nodes in etcd mode on a cluster of `members`.
+    /// `n` nodes in etcd mode on a cluster of `members`, hammering IDs and the fleet's
+    /// [`SEQUENCES`].
     pub async fn etcd(members: usize, n: usize) -> Fleet {
         Fleet::etcd_with(members, n, &[]).await
     }
 
-    /// [`Fleet::etcd`], every node started with `extra` arguments.
+    /// `n` nodes in etcd mode on a cluster of `members`, hammering IDs and the fleet's
+    /// [`SEQUENCES`], every node started with `extra` arguments.
     pub async fn etcd_with(members: usize, n: usize, extra: &[&str]) -> Fleet {
         let cluster = EtcdCluster::start(members).await;
         let dir = tempfile::tempdir().unwrap();
         let mode = Mode::Etcd { endpoints: cluster.endpoints(), prefix: "/fleet".into() };
-        let mut nodes: Vec<Node> =
+        let nodes: Vec<Node> =
             (0..n).map(|i| Node::new(&format!("node{i}"), mode.clone(), extra, dir.path())).collect();
-        for node in &mut nodes {
-            node.start();
-        }
-        let fleet = Fleet { cluster: Some(cluster), nodes, dir, outcomes: Vec::new(), retired: Vec::new() };
-        fleet.wait_all_minting(Duration::from_secs(20)).await;
-        fleet
+        Fleet::start(Some(cluster), nodes, dir, true).await
     }
 
-    /// One node in standalone mode, with `extra` arguments.
+    /// One node in standalone mode, with `extra` arguments, hammering IDs and the fleet's
+    /// [`SEQUENCES`].
     pub async fn standalone(extra: &[&str]) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let mode = Mode::Standalone { state_dir: dir.path().join("state"), worker_id: 1 };
-        let mut node = Node::new("solo", mode, extra, dir.path());
-        node.start();
-        let fleet = Fleet { cluster: None, nodes: vec![node], dir, outcomes: Vec::new(), retired: Vec::new() };
-        fleet.wait_all_minting(Duration::from_secs(20)).await;
+        let node = Node::new("solo", mode, extra, dir.path());
+        Fleet::start(None, vec![node], dir, true).await
+    }
+
+    /// A fleet of `nodes` (not started): with `sequences`, creates the fleet's [`SEQUENCES`]
+    /// in the nodes' store and has every node hammer them; starts the nodes and waits until
+    /// each mints.
+    pub async fn start(
+        cluster: Option<EtcdCluster>,
+        nodes: Vec<Node>,
+        dir: tempfile::TempDir,
+        sequences: bool,
+    ) -> Fleet {
+        let mut fleet =
+            Fleet { cluster, nodes, dir, outcomes: Vec::new(), retired: Vec::new(), sequences, since: Instant::now() };
+        if sequences {
+            fleet.create_sequences();
+        }
+        for node in &mut fleet.nodes {
+            node.sequences = sequences;
+            node.start();
+        }
+        fleet.wait_all_minting(Duration::from_secs(30)).await;
+        fleet.since = Instant::now();
         fleet
+    }
+
+    /// `snowmint sequence create` of each of [`SEQUENCES`] where the nodes keep them.
+    fn create_sequences(&self) {
+        let store = self.store_flags();
+        for (name, start) in SEQUENCES {
+            let start = start.to_string();
+            let mut args = vec!["sequence", "create", name, "--start", &start];
+            args.extend(store.iter().map(String::as_str));
+            let (code, stdout, stderr) = super::run_binary(&args);
+            assert_eq!(code, 0, "snowmint sequence create {name} failed:\n{stdout}{stderr}");
+        }
+    }
+
+    /// The flags that name where the nodes keep their state: etcd, or the state dir.
+    fn store_flags(&self) -> Vec<String> {
+        match self.nodes.first().map(|n| &n.mode) {
+            Some(Mode::Etcd { endpoints, prefix }) => {
+                vec!["--etcd-endpoints".into(), endpoints.clone(), "--etcd-prefix".into(), prefix.clone()]
+            }
+            Some(Mode::Standalone { state_dir, .. }) => vec!["--state-dir".into(), state_dir.display().to_string()],
+            None => Vec::new(),
+        }
+    }
+
+    /// A new node of this fleet (not started): its mode, its dir, its sequences, and `extra`.
+    pub fn newcomer(&self, name: &str, extra: &[&str]) -> Node {
+        let mut node = Node::new(name, self.nodes[0].mode.clone(), extra, self.dir.path());
+        node.sequences = self.sequences;
+        node
     }
 
     pub async fn wait_all_minting(&self, limit: Duration) {
@@ -292,6 +420,11 @@ impl Fleet {
         for node in self.nodes.iter().filter(|n| n.process.is_some()) {
             node.recovered_after(now, limit).await;
         }
+    }
+
+    /// Every ID and every sequence value every node was given so far, checked.
+    pub fn check(&self) -> Checked {
+        Checked { ids: self.check_ids(), values: self.check_values() }
     }
 
     /// Every ID every node was given so far, checked: no duplicate anywhere, and each
@@ -316,11 +449,49 @@ impl Fleet {
         total
     }
 
-    pub async fn stop(mut self) -> (usize, Vec<Outcome>) {
+    /// The longest run of refused sequence calls, among the calls that ended after `t`, of
+    /// any process lifetime (of nodes in the fleet, and of nodes gone from it).
+    pub fn longest_value_refusal_since(&self, t: Instant) -> Duration {
+        let stretch = |log: &HammerLog| {
+            let mut calls: Vec<&ValueCall> = log.values.iter().filter(|c| c.end > t).collect();
+            calls.sort_by_key(|c| c.end);
+            let calls: Vec<(Instant, Duration, tonic::Code)> =
+                calls.iter().map(|c| (c.end, c.end - c.start, c.code)).collect();
+            longest_refusal(&calls)
+        };
+        let live = self.nodes.iter().filter_map(|n| n.with_live_log(stretch));
+        let done = self.nodes.iter().flat_map(|n| &n.done).chain(&self.retired).map(stretch);
+        live.chain(done).max().unwrap_or_default()
+    }
+
+    /// Every sequence value every node was given so far, checked: no value of a sequence
+    /// twice anywhere, each process lifetime's values increasing in the order it answered
+    /// them, every refusal retriable and within its deadline. Returns how many were checked.
+    pub fn check_values(&self) -> usize {
+        let mut all = sequences::AllValues::default();
+        let mut check = |who: &str, calls: &[ValueCall]| {
+            sequences::assert_refusals_retriable_and_prompt(who, calls);
+            sequences::assert_answer_order(who, calls);
+            all.add(calls);
+        };
+        for node in &self.nodes {
+            for log in &node.done {
+                check(&node.name, &log.values);
+            }
+            node.with_live_log(|log| check(&node.name, &log.values));
+        }
+        for log in &self.retired {
+            check("a node gone from the fleet", &log.values);
+        }
+        all.assert_no_value_twice()
+    }
+
+    pub async fn stop(mut self) -> (Checked, Vec<Outcome>) {
         for node in &mut self.nodes {
             node.terminate().await;
         }
-        let checked = self.check_ids();
+        let checked = self.check();
+        eprintln!("fleet: {} IDs and {} sequence values checked, none twice", checked.ids, checked.values);
         self.audit();
         (checked, self.outcomes)
     }
@@ -328,16 +499,11 @@ impl Fleet {
     /// `snowmint audit` of the fleet's slot history passes: every hand-over the faults
     /// caused is on record, and no two holders' windows overlap.
     pub fn audit(&self) {
-        let mut args = vec!["audit".to_string()];
-        match self.nodes.first().map(|n| &n.mode) {
-            Some(Mode::Etcd { endpoints, prefix }) => {
-                args.extend(["--etcd-endpoints".into(), endpoints.clone(), "--etcd-prefix".into(), prefix.clone()]);
-            }
-            Some(Mode::Standalone { state_dir, .. }) => {
-                args.extend(["--state-dir".into(), state_dir.display().to_string()]);
-            }
-            None => return,
+        if self.nodes.is_empty() {
+            return;
         }
+        let mut args = vec!["audit".to_string()];
+        args.extend(self.store_flags());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, stdout, stderr) = super::run_binary(&args);
         assert_eq!(code, 0, "snowmint audit failed:\n{stdout}{stderr}");
@@ -383,7 +549,16 @@ pub async fn clock_small_step_back(fleet: &mut Fleet, i: usize) -> Outcome {
     assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
     assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: a 40 ms step back was refused", node.name);
     assert!(counted(&node.metrics().await) > before, "step not counted");
-    record(fleet, Outcome { fault: "clock back 40 ms", refusal: longest_refusal(&calls), recovery: Duration::ZERO })
+    record(
+        fleet,
+        Outcome {
+            fault: "clock back 40 ms",
+            refusal: longest_refusal(&calls),
+            recovery: Duration::ZERO,
+            ..Outcome::default()
+        },
+    )
+    .await
 }
 
 /// The hybrid policy: the wall clock steps back by `secs`, within the 10 s drift bound. No
@@ -410,8 +585,14 @@ pub async fn clock_step_back_within_bound(fleet: &mut Fleet, i: usize, secs: f64
     assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused during a {secs} s step back", node.name);
     record(
         fleet,
-        Outcome { fault: "clock back within bound", refusal: longest_refusal(&calls), recovery: Duration::ZERO },
+        Outcome {
+            fault: "clock back within bound",
+            refusal: longest_refusal(&calls),
+            recovery: Duration::ZERO,
+            ..Outcome::default()
+        },
     )
+    .await
 }
 
 /// Every node's clock steps back by `secs` at once (a bad time source for the whole fleet),
@@ -435,7 +616,11 @@ pub async fn clock_fleet_step_back(fleet: &mut Fleet, secs: f64) -> Outcome {
         assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused in a fleet-wide {secs} s step", node.name);
         refusal = refusal.max(longest_refusal(&calls));
     }
-    record(fleet, Outcome { fault: "every clock back at once", refusal, recovery: Duration::ZERO })
+    record(
+        fleet,
+        Outcome { fault: "every clock back at once", refusal, recovery: Duration::ZERO, ..Outcome::default() },
+    )
+    .await
 }
 
 /// The wall clock steps back by `secs`. Hybrid policy, `secs` beyond the 10 s bound: refused
@@ -463,7 +648,16 @@ pub async fn clock_large_step_back(fleet: &mut Fleet, i: usize, secs: f64, bound
     assert!(node.metric(r#"snowmint_clock_backward_total{action="refused"}"#).await > refused, "refusal not counted");
     let refusal = longest_refusal(&calls);
     let fault = if bound > 0.0 { "clock back beyond bound" } else { "clock back seconds (strict)" };
-    record(fleet, Outcome { fault, refusal, recovery: recovery.saturating_sub(Duration::from_secs_f64(expected)) })
+    record(
+        fleet,
+        Outcome {
+            fault,
+            refusal,
+            recovery: recovery.saturating_sub(Duration::from_secs_f64(expected)),
+            ..Outcome::default()
+        },
+    )
+    .await
 }
 
 /// The wall clock jumps forward by `secs` and is corrected back 2 s later, inside the
@@ -488,8 +682,14 @@ pub async fn clock_forward_jump(fleet: &mut Fleet, i: usize, secs: f64) -> Outco
     assert!(calls.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused around a corrected jump", node.name);
     record(
         fleet,
-        Outcome { fault: "clock jump forward, corrected", refusal: longest_refusal(&calls), recovery: Duration::ZERO },
+        Outcome {
+            fault: "clock jump forward, corrected",
+            refusal: longest_refusal(&calls),
+            recovery: Duration::ZERO,
+            ..Outcome::default()
+        },
     )
+    .await
 }
 
 /// kill -9 and restart, with the clock `behind` seconds behind at the restart. Standalone
@@ -513,7 +713,7 @@ pub async fn kill_and_restart(fleet: &mut Fleet, i: usize, behind: f64) -> Outco
     let calls = node.calls_after(restarted);
     assert_refusals_are_unavailable_and_prompt(&node.name, &calls);
     let fault = if behind > 0.0 { "kill -9, restart clock behind" } else { "kill -9, restart" };
-    record(fleet, Outcome { fault, refusal: longest_refusal(&calls), recovery })
+    record(fleet, Outcome { fault, refusal: longest_refusal(&calls), recovery, ..Outcome::default() }).await
 }
 
 /// The wall clock jumps `secs` ahead; before the jump is confirmed the process is killed
@@ -562,15 +762,20 @@ pub async fn restart_during_forward_jump(fleet: &mut Fleet, i: usize, secs: f64)
     assert!(after.iter().all(|c| c.2 == tonic::Code::Ok), "{}: refused once the clock was corrected", node.name);
     record(
         fleet,
-        Outcome { fault: "kill -9 during a forward jump, restart", refusal: longest_refusal(&calls), recovery },
+        Outcome {
+            fault: "kill -9 during a forward jump, restart",
+            refusal: longest_refusal(&calls),
+            recovery,
+            ..Outcome::default()
+        },
     )
+    .await
 }
 
 /// A new instance whose clock is a minute ahead of the fleet's: the start stops with a clear
 /// line naming the difference, and it takes no slot.
 pub async fn clock_far_from_the_fleet(fleet: &mut Fleet) -> Outcome {
-    let mode = fleet.nodes[0].mode.clone();
-    let node = Node::new("skewed", mode, &[], fleet.dir.path());
+    let node = fleet.newcomer("skewed", &[]);
     node.set_clock(60.0);
     let start = Instant::now();
     let (code, stderr) = node.run_to_exit(&[]);
@@ -582,8 +787,10 @@ pub async fn clock_far_from_the_fleet(fleet: &mut Fleet) -> Outcome {
             fault: "start with a clock far from the fleet's",
             refusal: Duration::ZERO,
             recovery: start.elapsed(),
+            ..Outcome::default()
         },
     )
+    .await
 }
 
 /// SIGSTOP past the lease TTL; another instance takes the slot meanwhile; SIGCONT. The
@@ -604,9 +811,7 @@ pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
         assert!(paused.elapsed() < Duration::from_secs(15), "the paused node's lease never expired");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mode = fleet.nodes[i].mode.clone();
-    let name = format!("takeover{}", fleet.nodes.len());
-    let mut newcomer = Node::new(&name, mode, &[], fleet.dir.path());
+    let mut newcomer = fleet.newcomer(&format!("takeover{}", fleet.nodes.len()), &[]);
     newcomer.start_with(&["--preferred-worker-id", &old_worker.to_string()]);
     newcomer.recovered_after(Instant::now(), Duration::from_secs(15)).await;
     let newcomer_first = newcomer.live_ids()[0];
@@ -651,7 +856,7 @@ pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
     old.terminate().await;
     fleet.retired.append(&mut old.done);
     fleet.nodes.push(newcomer);
-    record(fleet, Outcome { fault: "SIGSTOP past TTL + take-over", refusal, recovery })
+    record(fleet, Outcome { fault: "SIGSTOP past TTL + take-over", refusal, recovery, ..Outcome::default() }).await
 }
 
 /// etcd (one member) restored from a snapshot taken `ago` before the holder of node 0's slot
@@ -662,6 +867,10 @@ pub async fn pause_and_takeover(fleet: &mut Fleet, i: usize) -> Outcome {
 /// killed holder issued after the snapshot. The nodes that lived through the restore find it
 /// (a revision below one they saw, their own reservations gone) and fence the fleet: the
 /// newcomer's floor is the fence, and it mints only past it. Every ID is checked at the end.
+///
+/// With sequences, the operator's step of the procedure follows the restore: `snowmint fence
+/// --sequence-skip` moves them past anything issued since the snapshot (the nodes that met the
+/// restored records refuse until then, and go on above it after).
 pub async fn etcd_restored(fleet: &mut Fleet, ago: Duration, behind: f64) -> Outcome {
     let snapshot = fleet.dir.path().join("etcd.snapshot");
     fleet.cluster.as_ref().expect("etcd mode").snapshot(&snapshot).await;
@@ -677,15 +886,22 @@ pub async fn etcd_restored(fleet: &mut Fleet, ago: Duration, behind: f64) -> Out
         Mode::Etcd { prefix, .. } => prefix.clone(),
         Mode::Standalone { .. } => panic!("a restore needs etcd mode"),
     };
+    if fleet.sequences {
+        let endpoints = fleet.cluster.as_ref().unwrap().endpoints();
+        let flags = ["--etcd-endpoints", &endpoints, "--etcd-prefix", &prefix];
+        // Far more than the fleet takes in a test; the slots' fence as the fleet's would be.
+        let fence = ["fence", "--sequence-skip", "10000000", "--for-ms", "1000"];
+        let (code, stdout, stderr) = super::run_binary(&[&fence[..], &flags[..]].concat());
+        assert_eq!(code, 0, "snowmint fence: {stdout}{stderr}");
+    }
     let mut etcd = fleet.cluster.as_ref().unwrap().client().await;
     let key = format!("{prefix}/workers/{slot}");
     while super::etcd::get(&mut etcd, &key).await.is_some() {
         assert!(restored.elapsed() < Duration::from_secs(30), "the restored lease on slot {slot} never expired");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mode = fleet.nodes[0].mode.clone();
     let extra: Vec<&str> = fleet.nodes[0].extra.iter().map(String::as_str).collect();
-    let mut newcomer = Node::new("successor", mode, &extra, fleet.dir.path());
+    let mut newcomer = fleet.newcomer("successor", &extra);
     newcomer.set_clock(-behind);
     newcomer.start_with(&["--preferred-worker-id", &slot.to_string()]);
     let started = Instant::now();
@@ -706,7 +922,11 @@ pub async fn etcd_restored(fleet: &mut Fleet, ago: Duration, behind: f64) -> Out
     let mut old = fleet.nodes.swap_remove(0);
     fleet.retired.append(&mut old.done);
     fleet.nodes.push(newcomer);
-    record(fleet, Outcome { fault: "etcd restored from a snapshot", refusal: Duration::ZERO, recovery })
+    record(
+        fleet,
+        Outcome { fault: "etcd restored from a snapshot", refusal: Duration::ZERO, recovery, ..Outcome::default() },
+    )
+    .await
 }
 
 /// kill -9 of the etcd leader: minting goes on; the member is restarted afterwards.
@@ -729,7 +949,7 @@ pub async fn kill_etcd_leader(fleet: &mut Fleet) -> Outcome {
     let cluster = fleet.cluster.as_mut().unwrap();
     cluster.restart(leader);
     cluster.wait_healthy(Duration::from_secs(20)).await;
-    record(fleet, Outcome { fault: "etcd leader killed", refusal: worst, recovery })
+    record(fleet, Outcome { fault: "etcd leader killed", refusal: worst, recovery, ..Outcome::default() }).await
 }
 
 /// Every etcd member paused past the TTL: every node is fenced within the TTL, and mints
@@ -765,15 +985,13 @@ pub async fn pause_etcd(fleet: &mut Fleet) -> Outcome {
         let now_failed = node.metric(r#"snowmint_lease_renewals_total{result="failed"}"#).await;
         assert!(now_failed > failed, "{}: failed renewals not counted", node.name);
     }
-    record(fleet, Outcome { fault: "all etcd members paused", refusal, recovery })
+    record(fleet, Outcome { fault: "all etcd members paused", refusal, recovery, ..Outcome::default() }).await
 }
 
 /// `n` more instances cold-start at once: distinct workers, all minting.
 pub async fn cold_start(fleet: &mut Fleet, n: usize) -> Outcome {
-    let mode = fleet.nodes[0].mode.clone();
     let base = fleet.nodes.len();
-    let mut nodes: Vec<Node> =
-        (0..n).map(|k| Node::new(&format!("cold{}", base + k), mode.clone(), &[], fleet.dir.path())).collect();
+    let mut nodes: Vec<Node> = (0..n).map(|k| fleet.newcomer(&format!("cold{}", base + k), &[])).collect();
     let started = Instant::now();
     let handles: Vec<_> = nodes
         .drain(..)
@@ -788,10 +1006,7 @@ pub async fn cold_start(fleet: &mut Fleet, n: usize) -> Outcome {
     let mut recovery = Duration::ZERO;
     for handle in handles {
         let mut node = handle.join().unwrap();
-        let process = node.process.as_ref().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let log = Arc::new(Mutex::new(HammerLog::default()));
-        node.live = Some((hammer_into(process.grpc, stop.clone(), log.clone(), PACE), stop, log));
+        node.attach_hammer();
         recovery = recovery.max(node.recovered_after(started, Duration::from_secs(20)).await);
         fleet.nodes.push(node);
     }
@@ -807,7 +1022,8 @@ pub async fn cold_start(fleet: &mut Fleet, n: usize) -> Outcome {
         node.terminate().await;
         fleet.retired.append(&mut node.done);
     }
-    record(fleet, Outcome { fault: "cold start of many", refusal: Duration::ZERO, recovery })
+    record(fleet, Outcome { fault: "cold start of many", refusal: Duration::ZERO, recovery, ..Outcome::default() })
+        .await
 }
 
 /// Standalone: the state file deleted, truncated or corrupted between runs. The start
@@ -846,18 +1062,31 @@ pub async fn break_state_file(fleet: &mut Fleet, how: &'static str) -> Outcome {
     let restarted = Instant::now();
     node.start_with(&["--accept-missing-state"]);
     let recovery = node.recovered_after(restarted, Duration::from_secs(10)).await;
-    record(fleet, Outcome { fault, refusal: Duration::ZERO, recovery })
+    record(fleet, Outcome { fault, refusal: Duration::ZERO, recovery, ..Outcome::default() }).await
 }
 
-fn record(fleet: &mut Fleet, outcome: Outcome) -> Outcome {
+/// Ends a fault: every node's sequences answer again (within [`VALUE_RECOVERY_LIMIT`]),
+/// and what the fault did to them joins its outcome; every ID and value so far is checked.
+async fn record(fleet: &mut Fleet, mut outcome: Outcome) -> Outcome {
+    if fleet.sequences {
+        let ended = Instant::now();
+        for node in fleet.nodes.iter().filter(|n| n.live.is_some()) {
+            outcome.value_recovery =
+                outcome.value_recovery.max(node.values_recovered_after(ended, VALUE_RECOVERY_LIMIT).await);
+        }
+        outcome.value_refusal = fleet.longest_value_refusal_since(fleet.since);
+    }
     eprintln!(
-        "fault {:<32} refusal {:>8.3} s  recovery {:>8.3} s",
+        "fault {:<40} refusal {:>7.3} s  recovery {:>7.3} s  values: refusal {:>7.3} s  recovery {:>7.3} s",
         outcome.fault,
         outcome.refusal.as_secs_f64(),
-        outcome.recovery.as_secs_f64()
+        outcome.recovery.as_secs_f64(),
+        outcome.value_refusal.as_secs_f64(),
+        outcome.value_recovery.as_secs_f64(),
     );
     fleet.outcomes.push(outcome.clone());
-    fleet.check_ids();
+    fleet.check();
+    fleet.since = Instant::now();
     outcome
 }
 
@@ -867,11 +1096,10 @@ fn record(fleet: &mut Fleet, outcome: Outcome) -> Outcome {
 /// still holds its own). Every ID stays unique.
 pub async fn several_slots_per_instance(fleet: &mut Fleet) -> Outcome {
     use snowmint::proto::BatchIdsRequest;
-    let mode = fleet.nodes[0].mode.clone();
     let started = Instant::now();
     let base = fleet.nodes.len();
     for k in 0..2 {
-        let mut node = Node::new(&format!("multi{}", base + k), mode.clone(), &["--slots", "3"], fleet.dir.path());
+        let mut node = fleet.newcomer(&format!("multi{}", base + k), &["--slots", "3"]);
         node.start();
         fleet.nodes.push(node);
     }
@@ -904,5 +1132,9 @@ pub async fn several_slots_per_instance(fleet: &mut Fleet) -> Outcome {
         node.terminate().await;
         fleet.retired.append(&mut node.done);
     }
-    record(fleet, Outcome { fault: "several slots per instance", refusal: Duration::ZERO, recovery })
+    record(
+        fleet,
+        Outcome { fault: "several slots per instance", refusal: Duration::ZERO, recovery, ..Outcome::default() },
+    )
+    .await
 }

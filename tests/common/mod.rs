@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod netns;
 pub mod podman;
 pub mod postgres;
+pub mod sequences;
 pub mod server;
 pub mod tls;
 
@@ -165,6 +166,9 @@ pub struct HammerLog {
     /// spanning several ticks, in the order given: each connection's IDs increase, the two
     /// interleave (the minter shares ticks among connections).
     pub bulk: Vec<u64>,
+    /// The named-sequence calls of its value callers ([`sequences::hammer_values_into`]),
+    /// when it has any, each with what it was given.
+    pub values: Vec<sequences::ValueCall>,
 }
 
 impl HammerLog {

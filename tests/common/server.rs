@@ -322,6 +322,7 @@ fn config(state_dir: &Path) -> ServeConfig {
         max_fleet_skew: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(5),
         history_retention: Some(snowmint::history::DEFAULT_RETENTION),
+        history_max_segments: 100_000,
         clock_memory_dir: Some(state_dir.to_path_buf()),
         tls: None,
         limits: snowmint::server::Limits::default(),
@@ -476,7 +477,10 @@ impl Process {
             if let Some(status) = self.child.try_wait() {
                 return status;
             }
-            assert!(start.elapsed() < limit, "process did not exit within {limit:?}");
+            if start.elapsed() >= limit {
+                let logs = self.drain_logs().join("\n");
+                panic!("process did not exit within {limit:?}; what it logged since it listened:\n{logs}");
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -91,7 +91,14 @@ mod tests {
     use super::*;
 
     fn write(slot: Slot, expect: Option<Version>) -> Write {
-        Write { slot, until_ms: 1_800_000_005_000, expect, wall_ms: 1_800_000_002_000, idle: false }
+        Write {
+            slot,
+            until_ms: 1_800_000_005_000,
+            expect,
+            wall_ms: 1_800_000_002_000,
+            idle: false,
+            claim_version: None,
+        }
     }
 
     fn reserved(revision: i64) -> Stored {
