@@ -6,9 +6,10 @@ true|false, "elapsed_ms": ..., ...}`` once the call it stands for has ended, and
 requests concurrently, so a test can have calls waiting while it sends ``close``. The ops
 (every driver has each):
 
-- ``client`` {name, endpoints, timeout_ms?, attempts?, buffer?, tls?}: makes a client.
-  ``buffer`` is {batch, low_water, max_refills, max_age_ms}; ``tls`` is {ca, cert?, key?},
-  paths of PEM files.
+- ``client`` {name, endpoints, timeout_ms?, attempts?, buffer?, sequence_prefetch?, tls?}:
+  makes a client. ``buffer`` is {batch, low_water, max_refills, max_age_ms};
+  ``sequence_prefetch`` the values per sequence its ``next_value`` fetches ahead; ``tls`` is
+  {ca, cert?, key?}, paths of PEM files. A setting the client refuses is the error ``invalid``.
 - ``next_id`` {client, deadline_ms?} and ``batch`` {client, n, deadline_ms?}: one call, with
   the caller's own deadline when given; answer ``ids`` (decimal strings).
 - ``burst`` {client, n}: n concurrent ``next_id`` calls; answer ``results``, each
@@ -17,6 +18,8 @@ requests concurrently, so a test can have calls waiting while it sends ``close``
   each starting ``every_ms`` after the one before (or at once when that one took longer),
   for ``duration_ms``; answer ``calls``, each [start as Unix ms, elapsed ms, id or null,
   error kind or null].
+- ``next_value`` {client, sequence, deadline_ms?}: one ``next_value`` of a named sequence;
+  answer ``value`` (a decimal string).
 - ``close`` {client}.
 - ``decode`` {value, layout}: answer unix_ms, tick (strings), worker_id, sequence, time; or the
   error kind ``invalid``.

@@ -5,6 +5,7 @@ and from above with room for a shared 2-core machine."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import threading
@@ -47,8 +48,10 @@ class Run:
     _servers: list[Server] = field(default_factory=list)
     _names: Iterator[int] = field(default_factory=lambda: iter(range(1, 1_000_000)))
 
-    def server(self, worker_id: int, *extra: str, refusing: bool = False) -> Server:
-        server = Server(worker_id, *extra, refusing=refusing)
+    def server(
+        self, worker_id: int, *extra: str, refusing: bool = False, sequences: dict[str, list[str]] | None = None
+    ) -> Server:
+        server = Server(worker_id, *extra, refusing=refusing, sequences=sequences)
         self._servers.append(server)
         return server
 
@@ -270,6 +273,65 @@ def close(run: Run) -> None:
         run.expect_ok(run.driver.call("close", client=client), f"{kind}: close() again")
 
 
+def sequence_prefetch(run: Run) -> None:
+    """With sequence_prefetch 10, next_value() of an unordered sequence takes one NextValue
+    (which says the sequence is unordered), then one BatchValues of 10 per 10 values: two
+    clients taking turns see their values in runs of 10, all distinct. An ordered sequence is
+    never buffered: one NextValue a call, and two clients taking turns get increasing values.
+    The last values before a sequence's maximum are all handed out, then OUT_OF_RANGE. 200
+    concurrent calls on one client get 200 distinct values from few calls. A prefetch above
+    65,536 (the server's default --max-batch) is refused when the client is made."""
+    server = run.server(13, sequences={"orders": [], "invoices": ["--ordered"], "short": ["--max", "25"]})
+
+    def value(client: str, sequence: str) -> int:
+        reply = run.driver.call("next_value", client=client, sequence=sequence)
+        if not reply["ok"]:
+            raise AssertionError(f"next_value({sequence!r}) failed: {reply['error']}")
+        return int(reply["value"])
+
+    a, b = (run.client([server.grpc_addr], sequence_prefetch=10) for _ in range(2))
+    taken: dict[str, list[int]] = {a: [], b: []}
+    for _ in range(30):
+        for client in (a, b):
+            taken[client].append(value(client, "orders"))
+    for client, values in taken.items():
+        run.expect(values == sorted(set(values)), f"{client}: values not increasing: {values}")
+        jumps = sum(1 for x, y in itertools.pairwise(values[1:]) if y != x + 1)
+        run.expect(jumps <= 3, f"{client}: values not in runs of 10 after the first: {values}")
+    every = [v for values in taken.values() for v in values]
+    run.expect(len(set(every)) == len(every), "a value handed out twice")
+    counts = (server.requests("NextValue"), server.requests("BatchValues"))
+    run.expect(counts == (2, 6), f"60 values took {counts[0]} NextValue and {counts[1]} BatchValues, want 2 and 6")
+
+    ordered: list[int] = []
+    for _ in range(5):
+        for client in (a, b):
+            ordered.append(value(client, "invoices"))
+    run.expect(ordered == sorted(set(ordered)), f"an ordered sequence taken in turns: {ordered}")
+    run.expect(server.requests("NextValue") == 2 + 10, "an ordered sequence was buffered")
+
+    short: list[int] = []
+    for _ in range(26):
+        reply = run.driver.call("next_value", client=a, sequence="short")
+        if not reply["ok"]:
+            run.expect_error(reply, "rejected", "OUT_OF_RANGE", "next_value() past the maximum")
+            break
+        short.append(int(reply["value"]))
+    run.expect(short == list(range(1, 26)), f"a sequence of 25 gave {short}")
+
+    many = run.client([server.grpc_addr], sequence_prefetch=100)
+    before = server.requests("NextValue") + server.requests("BatchValues")
+    pending = [run.driver.send("next_value", client=many, sequence="orders") for _ in range(200)]
+    replies = [p.result(60) for p in pending]
+    got = [int(r["value"]) for r in replies if r["ok"]]
+    run.expect(len(got) == 200 and len(set(got + every)) == 260, f"200 concurrent calls: {len(set(got))} distinct")
+    made = server.requests("NextValue") + server.requests("BatchValues") - before
+    run.expect(made <= 4, f"200 concurrent calls with prefetch 100 made {made} calls")
+
+    reply = run.driver.call("client", name="too-big", endpoints=[server.grpc_addr], sequence_prefetch=65537)
+    run.expect_error(reply, "invalid", None, "sequence_prefetch 65537")
+
+
 def max_batch(run: Run) -> None:
     """A server with --max-batch 100: bursts of unbuffered next_id() and a buffered client
     asking for 4096 at a time still get their IDs."""
@@ -447,6 +509,7 @@ SCENARIOS: dict[str, Scenario] = {
     "transport": transport,
     "close": close,
     "max-batch": max_batch,
+    "sequence-prefetch": sequence_prefetch,
     "tls": tls,
     "vectors": vectors,
     "paced": paced,

@@ -34,13 +34,24 @@ def binary() -> str:
 class Server:
     """One `snowmint serve`, which can be stopped, paused and started again on its address."""
 
-    def __init__(self, worker_id: int, *extra: str, state_dir: Path | None = None, refusing: bool = False) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        *extra: str,
+        state_dir: Path | None = None,
+        refusing: bool = False,
+        sequences: dict[str, list[str]] | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.extra = list(extra)
         self._own_dir = state_dir is None
         self.state_dir = Path(tempfile.mkdtemp(prefix="snowmint-conformance-")) if state_dir is None else state_dir
         if refusing:
             write_refusing_state(self.state_dir, worker_id)
+        # Named sequences, made with `snowmint sequence create NAME --state-dir DIR FLAGS...`.
+        for name, flags in (sequences or {}).items():
+            command = [binary(), "sequence", "create", name, "--state-dir", str(self.state_dir), *flags]
+            subprocess.run(command, check=True, capture_output=True, timeout=30)
         self.grpc_addr = ""
         self.admin_addr = ""
         self._logs: deque[str] = deque(maxlen=60)

@@ -97,6 +97,7 @@ type config struct {
 	timeout     time.Duration
 	attempts    int
 	buffer      *BufferConfig
+	prefetch    int
 	tls         *tls.Config
 	dialOptions []grpc.DialOption
 }
@@ -113,6 +114,14 @@ func WithAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 // BatchIds calls: one ID then costs no round trip. The IDs of a buffer are as unique as any,
 // but their time is when they were fetched, not when they are used (at most MaxAge older).
 func WithBuffer(cfg BufferConfig) Option { return func(c *config) { c.buffer = &cfg } }
+
+// WithSequencePrefetch makes NextValue fetch n values of each unordered named sequence ahead,
+// in one BatchValues, and hand them out one by one (default 0: off, one NextValue per call).
+// n is at most MaxSequencePrefetch, the server's default --max-batch; New refuses more.
+// Values still buffered when the client is closed or the process ends are a gap, never handed
+// out; buffered values leave the fleet-wide order of the calls, and may wait long in an idle
+// client. Ordered sequences are never buffered.
+func WithSequencePrefetch(n int) Option { return func(c *config) { c.prefetch = n } }
 
 // WithTLS sets the TLS of https:// endpoints: RootCAs to verify servers with (the system's
 // roots when nil), Certificates for a server that asks for a client certificate
@@ -142,6 +151,8 @@ type Client struct {
 	closeOnce  sync.Once
 
 	buf *buffer
+	// prefetch holds the named sequences' buffers, with WithSequencePrefetch above 0.
+	prefetch *prefetch
 }
 
 // New makes a client of endpoints, each "host:port", "http://host:port" (plain text) or
@@ -165,7 +176,11 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if b := cfg.buffer; b != nil && (b.Batch < 1 || b.LowWater < 0 || b.MaxRefills < 1 || b.MaxAge <= 0) {
 		return nil, fmt.Errorf("snowmint: invalid buffer %+v: Batch and MaxRefills must be at least 1, MaxAge positive", *b)
 	}
-	c := &Client{timeout: cfg.timeout, attempts: cfg.attempts}
+	prefetch, err := newPrefetch(cfg.prefetch)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{timeout: cfg.timeout, attempts: cfg.attempts, prefetch: prefetch}
 	for _, endpoint := range endpoints {
 		target, creds, err := parseEndpoint(endpoint, cfg.tls)
 		if err == nil {
@@ -293,24 +308,40 @@ func (c *Client) BatchUUIDs(ctx context.Context, n int) ([]UUID, error) {
 	})
 }
 
-// NextValue returns the next value of the named sequence name, from one NextValue call:
-// positive, never issued twice. It is never buffered. It fails over, retries and keeps
-// deadlines as NextID does without a buffer; NOT_FOUND (no such sequence) and OUT_OF_RANGE
-// (used up) are returned as they are, not asked of another server.
+// NextValue returns the next value of the named sequence name: positive, never issued twice.
+// Without WithSequencePrefetch it is one NextValue call; with it, it comes from the sequence's
+// buffer when that holds one (an unordered sequence's buffer is refilled by one BatchValues,
+// shared by the callers waiting; an ordered sequence is never buffered). It fails over,
+// retries and keeps deadlines as NextID does without a buffer; NOT_FOUND (no such sequence)
+// and OUT_OF_RANGE (used up) are returned as they are, not asked of another server.
 func (c *Client) NextValue(ctx context.Context, name string) (int64, error) {
 	if c.background.Err() != nil {
 		return 0, ErrClosed
 	}
-	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) (int64, error) {
+	if c.prefetch != nil {
+		return c.prefetch.nextValue(ctx, c, name)
+	}
+	value, _, err := c.nextValue(ctx, name)
+	return value, err
+}
+
+// nextValue is one NextValue call, with whether the answer says the sequence is ordered.
+func (c *Client) nextValue(ctx context.Context, name string) (int64, bool, error) {
+	type answer struct {
+		value   int64
+		ordered bool
+	}
+	got, err := call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) (answer, error) {
 		resp, err := stub.NextValue(ctx, &pb.NextValueRequest{Sequence: name})
 		if err != nil {
-			return 0, err
+			return answer{}, err
 		}
 		if resp.GetValue() < 1 {
-			return 0, status.Errorf(codes.Internal, "snowmint: the server answered the value %d, not a positive one", resp.GetValue())
+			return answer{}, status.Errorf(codes.Internal, "snowmint: the server answered the value %d, not a positive one", resp.GetValue())
 		}
-		return resp.GetValue(), nil
+		return answer{resp.GetValue(), resp.GetOrdered()}, nil
 	})
+	return got.value, got.ordered, err
 }
 
 // BatchValues returns n values of the named sequence name, increasing, all from one server
@@ -322,25 +353,36 @@ func (c *Client) BatchValues(ctx context.Context, name string, n int) ([]int64, 
 	if c.background.Err() != nil {
 		return nil, ErrClosed
 	}
+	values, _, err := c.batchValues(ctx, name, n)
+	return values, err
+}
+
+// batchValues is one BatchValues call, with whether the answer says the sequence is ordered.
+func (c *Client) batchValues(ctx context.Context, name string, n int) ([]int64, bool, error) {
 	if n < 0 || uint64(n) > math.MaxUint32 {
-		return nil, status.Errorf(codes.InvalidArgument, "snowmint: batch size %d out of range", n)
+		return nil, false, status.Errorf(codes.InvalidArgument, "snowmint: batch size %d out of range", n)
 	}
-	return call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) ([]int64, error) {
+	type answer struct {
+		values  []int64
+		ordered bool
+	}
+	got, err := call(ctx, c, func(ctx context.Context, stub pb.IdServiceClient) (answer, error) {
 		resp, err := stub.BatchValues(ctx, &pb.BatchValuesRequest{Sequence: name, Count: uint32(n)})
 		if err != nil {
-			return nil, err
+			return answer{}, err
 		}
 		values := resp.GetValues()
 		if len(values) != n {
-			return nil, status.Errorf(codes.Internal, "snowmint: asked the server for %d values, it answered %d", n, len(values))
+			return answer{}, status.Errorf(codes.Internal, "snowmint: asked the server for %d values, it answered %d", n, len(values))
 		}
 		for i, v := range values {
 			if v < 1 || (i > 0 && v <= values[i-1]) {
-				return nil, status.Errorf(codes.Internal, "snowmint: the server answered values not positive and increasing")
+				return answer{}, status.Errorf(codes.Internal, "snowmint: the server answered values not positive and increasing")
 			}
 		}
-		return values, nil
+		return answer{values, resp.GetOrdered()}, nil
 	})
+	return got.values, got.ordered, err
 }
 
 // uuidOf is the UUID of a server's answer: 16 bytes, or an error of code Internal.
@@ -424,8 +466,8 @@ func failsOver(err error) bool {
 
 // Close ends the client at once: the buffer stops refilling, every call waiting on the
 // client (on an empty buffer, or in an attempt on a server) returns ErrClosed, the
-// connections close, and every later call returns ErrClosed. Buffered IDs are dropped, never
-// handed out. It does not wait for a server, and calling it again does nothing.
+// connections close, and every later call returns ErrClosed. Buffered IDs and sequence
+// values are dropped, never handed out (a gap). It does not wait for a server, and calling it again does nothing.
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {

@@ -71,6 +71,8 @@ def options_of(request: Json) -> Json:
         options["timeout"] = request["timeout_ms"] / 1000
     if "attempts" in request:
         options["attempts"] = request["attempts"]
+    if "sequence_prefetch" in request:
+        options["sequence_prefetch"] = request["sequence_prefetch"]
     buffer = request.get("buffer")
     if buffer is not None:
         fields = {k: buffer[k] for k in ("batch", "low_water", "max_refills") if k in buffer}
@@ -142,12 +144,14 @@ class Blocking:
         if op == "client":
             self.clients[request["name"]] = Client(request["endpoints"], **options_of(request))
             return {}
-        if op not in ("next_id", "batch", "burst", "loop", "close"):
+        if op not in ("next_id", "batch", "burst", "loop", "close", "next_value"):
             return offline(request)
         client = self.clients[request["client"]]
         timeout = deadline_of(request)
         if op == "next_id":
             return {"ids": [str(client.next_id(timeout=timeout))]}
+        if op == "next_value":
+            return {"value": str(client.next_value(request["sequence"], timeout=timeout))}
         if op == "batch":
             return {"ids": [str(i) for i in client.batch(request["n"], timeout=timeout)]}
         if op == "close":
@@ -207,12 +211,14 @@ class Asynchronous:
         if op == "client":
             self.clients[request["name"]] = AsyncClient(request["endpoints"], **options_of(request))
             return {}
-        if op not in ("next_id", "batch", "burst", "loop", "close"):
+        if op not in ("next_id", "batch", "burst", "loop", "close", "next_value"):
             return offline(request)
         client = self.clients[request["client"]]
         timeout = deadline_of(request)
         if op == "next_id":
             return {"ids": [str(await client.next_id(timeout=timeout))]}
+        if op == "next_value":
+            return {"value": str(await client.next_value(request["sequence"], timeout=timeout))}
         if op == "batch":
             return {"ids": [str(i) for i in await client.batch(request["n"], timeout=timeout)]}
         if op == "close":

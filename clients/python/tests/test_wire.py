@@ -143,9 +143,9 @@ def test_a_next_uuid_answer_without_a_uuid_is_refused() -> None:
 
 def test_the_sequence_fields_are_the_protos() -> None:
     assert fields("NextValueRequest") == {"sequence": ("string", 1)}
-    assert fields("NextValueResponse") == {"value": ("int64", 1)}
+    assert fields("NextValueResponse") == {"value": ("int64", 1), "ordered": ("bool", 2)}
     assert fields("BatchValuesRequest") == {"sequence": ("string", 1), "count": ("uint32", 2)}
-    assert fields("BatchValuesResponse") == {"values": ("repeated int64", 1)}
+    assert fields("BatchValuesResponse") == {"values": ("repeated int64", 1), "ordered": ("bool", 2)}
     assert re.search(r"rpc NextValue\(NextValueRequest\) returns \(NextValueResponse\);", PROTO)
     assert re.search(r"rpc BatchValues\(BatchValuesRequest\) returns \(BatchValuesResponse\);", PROTO)
     assert (_wire.NEXT_VALUE, _wire.BATCH_VALUES) == (
@@ -163,6 +163,8 @@ def test_sequence_requests_and_answers() -> None:
     assert _wire.batch_values_response(packed) == [1, 2, 255]
     assert _wire.batch_values_response(b"\x08\x01\x08\x02" + b"\x12\x00") == [1, 2]
     assert _wire.batch_values_response(b"") == []
+    assert not _wire.ordered(b"\x08\x2a") and not _wire.ordered(b"\x08\x2a\x10\x00")
+    assert _wire.ordered(b"\x08\x2a\x10\x01") and _wire.ordered(packed + b"\x10\x01")
     for broken in [b"", b"\x08\x00", b"\x08" + b"\xff" * 9 + b"\x01"]:
         with pytest.raises(_wire.WireError):
             _wire.next_value_response(broken)

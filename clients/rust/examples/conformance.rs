@@ -52,6 +52,7 @@ fn error_of(error: &ClientError) -> Value {
         ClientError::DeadlineExceeded => "deadline",
         ClientError::Closed => "closed",
         ClientError::Rejected(_) => "rejected",
+        ClientError::InvalidSetting(_) => "invalid",
         _ => "other",
     };
     json!({ "kind": kind, "code": code_name(error.code()), "message": error.to_string() })
@@ -111,6 +112,15 @@ async fn run(clients: &Clients, request: &Value) -> Result<Value, Value> {
             }
             .map_err(|e| error_of(&e))?;
             Ok(json!({ "ids": ids.iter().map(u64::to_string).collect::<Vec<_>>() }))
+        }
+        "next_value" => {
+            let sequence = request["sequence"].as_str().unwrap_or_default();
+            let value = match deadline {
+                Some(within) => client.next_value_within(sequence, within).await,
+                None => client.next_value(sequence).await,
+            }
+            .map_err(|e| error_of(&e))?;
+            Ok(json!({ "value": value.to_string() }))
         }
         "close" => {
             client.close();
@@ -176,6 +186,9 @@ fn new_client(clients: &Clients, request: &Value) -> Result<(), Value> {
     }
     if let Some(attempts) = request["attempts"].as_u64() {
         builder = builder.attempts(attempts as usize);
+    }
+    if let Some(n) = request["sequence_prefetch"].as_u64() {
+        builder = builder.sequence_prefetch(u32::try_from(n).unwrap_or(u32::MAX));
     }
     if let Some(buffer) = request["buffer"].as_object() {
         let mut config = BufferConfig::default();

@@ -12,6 +12,7 @@ use crate::coalesce::{self, Waiter};
 use crate::endpoints::{Endpoints, Settings};
 use crate::error::ClientError;
 use crate::opaque::OpaqueId;
+use crate::prefetch::Prefetch;
 use crate::uuid::Uuid;
 
 /// The largest `BatchIds` the coalescer makes unless told otherwise.
@@ -25,6 +26,7 @@ pub struct ClientBuilder {
     timeout: Duration,
     attempts: Option<usize>,
     max_coalesced: u32,
+    sequence_prefetch: u32,
     #[cfg(feature = "tls")]
     tls: Option<tonic::transport::ClientTlsConfig>,
 }
@@ -57,6 +59,18 @@ impl ClientBuilder {
         self
     }
 
+    /// Values of each unordered named sequence that `next_value()` fetches ahead in one
+    /// `BatchValues` and hands out one by one (default 0: none, one `NextValue` per call). At
+    /// most [`MAX_SEQUENCE_PREFETCH`](crate::prefetch::MAX_SEQUENCE_PREFETCH), the server's
+    /// default `--max-batch`; above it [`ClientBuilder::connect`] fails with
+    /// [`ClientError::InvalidSetting`]. Values still buffered when the client closes or the
+    /// process ends are a gap, never handed out; buffered values leave the fleet-wide order
+    /// of the calls. Ordered sequences are never buffered.
+    pub fn sequence_prefetch(mut self, values: u32) -> ClientBuilder {
+        self.sequence_prefetch = values;
+        self
+    }
+
     /// TLS settings for `https://` endpoints (a CA, a client certificate, the name to
     /// verify); without them, `https://` endpoints are verified against the system's roots.
     #[cfg(feature = "tls")]
@@ -69,6 +83,7 @@ impl ClientBuilder {
     /// before the first `next_id()`. Must be called within a tokio runtime: it starts the
     /// background tasks.
     pub fn connect(self) -> Result<Client, ClientError> {
+        let prefetch = Prefetch::new(self.sequence_prefetch)?;
         let settings = Settings {
             timeout: self.timeout,
             attempts: self.attempts,
@@ -80,7 +95,7 @@ impl ClientBuilder {
         let (coalescer, waiting) = mpsc::channel(4096);
         tokio::spawn(coalesce::run(endpoints.clone(), waiting, self.max_coalesced as usize, closer.clone()));
         let buffer = self.buffer.map(|config| Buffer::start(config, &endpoints, &closer));
-        Ok(Client { inner: Arc::new(Inner { endpoints, coalescer, buffer, closer }) })
+        Ok(Client { inner: Arc::new(Inner { endpoints, coalescer, buffer, prefetch, closer }) })
     }
 }
 
@@ -94,6 +109,8 @@ struct Inner {
     endpoints: Arc<Endpoints>,
     coalescer: mpsc::Sender<Waiter>,
     buffer: Option<Arc<Buffer>>,
+    /// The buffers of named sequences, with `sequence_prefetch` above 0.
+    prefetch: Option<Prefetch>,
     /// Set by [`Client::close`], or once the last clone of the client is dropped; watched by
     /// every call and background task.
     closer: Arc<Closer>,
@@ -120,6 +137,7 @@ impl Client {
             timeout: Duration::from_secs(1),
             attempts: None,
             max_coalesced: DEFAULT_MAX_COALESCED,
+            sequence_prefetch: 0,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -223,22 +241,33 @@ impl Client {
         self.uuids_by(Some(count), Some(Instant::now() + timeout)).await
     }
 
-    /// The next value of named sequence `name`: dense, never issued twice. Never buffered:
-    /// one `NextValue` call, failing over as [`Client::batch`] does. A name with no sequence
-    /// is [`ClientError::Rejected`] with `NOT_FOUND`; a sequence used up, `OUT_OF_RANGE`.
+    /// The next value of named sequence `name`: dense, never issued twice. One `NextValue`
+    /// call, failing over as [`Client::batch`] does; with
+    /// [`ClientBuilder::sequence_prefetch`], from the sequence's buffer when it holds one
+    /// (an unordered sequence's buffer is refilled by one `BatchValues`, shared by the
+    /// callers waiting). A name with no sequence is [`ClientError::Rejected`] with
+    /// `NOT_FOUND`; a sequence used up, `OUT_OF_RANGE`.
     pub async fn next_value(&self, name: &str) -> Result<i64, ClientError> {
-        self.values_by(name, None, None).await.map(|mut one| one.remove(0))
+        self.next_value_by(name, None).await
     }
 
     /// [`Client::next_value`], all attempts included within `timeout`.
     pub async fn next_value_within(&self, name: &str, timeout: Duration) -> Result<i64, ClientError> {
-        self.values_by(name, None, Some(Instant::now() + timeout)).await.map(|mut one| one.remove(0))
+        self.next_value_by(name, Some(Instant::now() + timeout)).await
+    }
+
+    async fn next_value_by(&self, name: &str, deadline: Option<Instant>) -> Result<i64, ClientError> {
+        let Some(prefetch) = &self.inner.prefetch else {
+            return self.values_by(name, None, deadline).await.map(|(mut one, _)| one.remove(0));
+        };
+        let buffered = prefetch.next_value(name, deadline, |count| self.values_by(name, count, deadline));
+        self.inner.closer.or_closed(buffered).await
     }
 
     /// `count` values of named sequence `name`, increasing, from one server in one
     /// `BatchValues` call. `count` must be 1 to the server's `--max-batch`.
     pub async fn batch_values(&self, name: &str, count: u32) -> Result<Vec<i64>, ClientError> {
-        self.values_by(name, Some(count), None).await
+        self.values_by(name, Some(count), None).await.map(|(values, _)| values)
     }
 
     /// [`Client::batch_values`], all attempts included within `timeout`.
@@ -248,27 +277,28 @@ impl Client {
         count: u32,
         timeout: Duration,
     ) -> Result<Vec<i64>, ClientError> {
-        self.values_by(name, Some(count), Some(Instant::now() + timeout)).await
+        self.values_by(name, Some(count), Some(Instant::now() + timeout)).await.map(|(values, _)| values)
     }
 
-    /// `count` values of `name`, or one without; checked to be as many as asked, increasing.
+    /// `count` values of `name`, or one without; checked to be as many as asked, increasing;
+    /// with whether the sequence is ordered.
     async fn values_by(
         &self,
         name: &str,
         count: Option<u32>,
         deadline: Option<Instant>,
-    ) -> Result<Vec<i64>, ClientError> {
+    ) -> Result<(Vec<i64>, bool), ClientError> {
         if self.inner.closer.is_closed() {
             return Err(ClientError::Closed);
         }
-        let values = self.inner.endpoints.values(name, count, deadline).await?;
+        let (values, ordered) = self.inner.endpoints.values(name, count, deadline).await?;
         let asked = count.unwrap_or(1) as usize;
         if values.len() != asked || values.windows(2).any(|w| w[0] >= w[1]) || values.iter().any(|&v| v < 1) {
             let message =
                 format!("the server sent {} values for {asked} asked, not all positive and increasing", values.len());
             return Err(ClientError::Rejected(tonic::Status::internal(message)));
         }
-        Ok(values)
+        Ok((values, ordered))
     }
 
     /// `count` UUIDs, or one without.
@@ -288,8 +318,9 @@ impl Client {
     /// Ends the client at once, for every clone of it: the buffer stops refilling, every call
     /// waiting (on the buffer, on a shared call, in an attempt on a server) ends with
     /// [`ClientError::Closed`], the connections close, and every later call fails with
-    /// [`ClientError::Closed`]. Buffered IDs are dropped, never handed out. Calling it again
-    /// does nothing; dropping the last clone of the client does the same.
+    /// [`ClientError::Closed`]. Buffered IDs and sequence values are dropped, never handed out
+    /// (a gap). Calling it again does nothing; dropping the last clone of the client does the
+    /// same.
     pub fn close(&self) {
         self.inner.closer.close();
         self.inner.endpoints.close();

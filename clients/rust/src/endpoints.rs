@@ -133,23 +133,30 @@ impl Endpoints {
     }
 
     /// With `count`, a `BatchValues` of `count` of sequence `name`; without, one `NextValue`.
+    /// With the values, whether the answer says the sequence is ordered.
     pub(crate) async fn values(
         &self,
         name: &str,
         count: Option<u32>,
         deadline: Option<Instant>,
-    ) -> Result<Vec<i64>, ClientError> {
+    ) -> Result<(Vec<i64>, bool), ClientError> {
         self.call(deadline, |mut stub, timeout| {
             let sequence = name.to_string();
             async move {
                 if let Some(count) = count {
                     let mut request = tonic::Request::new(BatchValuesRequest { sequence, count });
                     request.set_timeout(timeout);
-                    stub.batch_values(request).await.map(|response| response.into_inner().values)
+                    stub.batch_values(request).await.map(|response| {
+                        let answer = response.into_inner();
+                        (answer.values, answer.ordered)
+                    })
                 } else {
                     let mut request = tonic::Request::new(NextValueRequest { sequence });
                     request.set_timeout(timeout);
-                    stub.next_value(request).await.map(|response| vec![response.into_inner().value])
+                    stub.next_value(request).await.map(|response| {
+                        let answer = response.into_inner();
+                        (vec![answer.value], answer.ordered)
+                    })
                 }
             }
         })

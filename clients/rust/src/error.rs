@@ -9,6 +9,8 @@ pub enum ClientError {
     Endpoint { endpoint: String, message: String },
     /// The builder was given no endpoint.
     NoEndpoints,
+    /// A builder setting out of its range (the message names it and the range).
+    InvalidSetting(String),
     /// Every attempt was refused or failed, or an empty buffer got no IDs in time. Retriable:
     /// try again later. Carries the last attempt's status (`UNAVAILABLE` when the servers
     /// refused or could not be reached).
@@ -31,7 +33,9 @@ impl ClientError {
     /// The gRPC code of the error, as a caller that speaks gRPC codes sees it.
     pub fn code(&self) -> tonic::Code {
         match self {
-            ClientError::Endpoint { .. } | ClientError::NoEndpoints => tonic::Code::InvalidArgument,
+            ClientError::Endpoint { .. } | ClientError::NoEndpoints | ClientError::InvalidSetting(_) => {
+                tonic::Code::InvalidArgument
+            }
             ClientError::Unavailable(_) => tonic::Code::Unavailable,
             ClientError::Rejected(status) => status.code(),
             ClientError::DeadlineExceeded => tonic::Code::DeadlineExceeded,
@@ -45,6 +49,7 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::Endpoint { endpoint, message } => write!(f, "invalid endpoint {endpoint:?}: {message}"),
             ClientError::NoEndpoints => f.write_str("no endpoints given"),
+            ClientError::InvalidSetting(message) => f.write_str(message),
             ClientError::Unavailable(last) => {
                 write!(f, "every endpoint refused or failed; the last: {:?}: {}", last.code(), last.message())
             }

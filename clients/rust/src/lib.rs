@@ -11,6 +11,7 @@
 //! - `coalesce`: unbuffered `next_id()` callers folded into one `BatchIds`.
 //! - `closer`: the closed state every call and background task watches.
 //! - [`buffer`]: the prefetch buffer and its refill tasks.
+//! - [`prefetch`]: the buffers of named sequences, refilled by the callers themselves.
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
 //! - [`opaque`]: the string form of opaque IDs, read and written with no key.
 //! - [`layout`]: decoding IDs locally, with no server.
@@ -35,6 +36,7 @@ mod endpoints;
 pub mod error;
 pub mod layout;
 pub mod opaque;
+pub mod prefetch;
 pub mod proto;
 pub mod uuid;
 
@@ -43,4 +45,5 @@ pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
 pub use layout::{Decoded, Layout};
 pub use opaque::{OpaqueId, OpaqueIdError};
+pub use prefetch::MAX_SEQUENCE_PREFETCH;
 pub use uuid::{DecodedUuid, Uuid, UuidError};

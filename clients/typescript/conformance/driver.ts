@@ -105,6 +105,8 @@ async function run(request: Json): Promise<Json> {
       return { ids: [(await client.nextId(callOptions(request))).toString()] };
     case 'batch':
       return { ids: (await client.batch(request.n, callOptions(request))).map(String) };
+    case 'next_value':
+      return { value: (await client.nextValue(request.sequence, callOptions(request))).toString() };
     case 'close':
       client.close();
       return {};
@@ -147,6 +149,9 @@ function clientOptions(request: Json): ClientOptions {
   }
   if (request.attempts !== undefined) {
     options.attempts = request.attempts;
+  }
+  if (request.sequence_prefetch !== undefined) {
+    options.sequencePrefetch = request.sequence_prefetch;
   }
   if (request.buffer) {
     const { batch, low_water: lowWater, max_refills: maxRefills, max_age_ms: maxAgeMs } = request.buffer;

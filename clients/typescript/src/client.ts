@@ -4,6 +4,7 @@ import { Coalescer } from './coalescer.js';
 import { EndpointPool } from './endpoints.js';
 import { ClientClosedError } from './errors.js';
 import { boundOf, type Bound, type CallOptions, type ClientOptions } from './options.js';
+import { SequencePrefetch, checkSequencePrefetch } from './sequences.js';
 import type { Uuid } from './uuid.js';
 
 /**
@@ -26,6 +27,7 @@ export class SnowmintClient {
   private readonly pool: EndpointPool;
   private readonly buffer: PrefetchBuffer | undefined;
   private readonly coalescer: Coalescer | undefined;
+  private readonly prefetch: SequencePrefetch | undefined;
 
   /**
    * @param endpoints `host:port` or `http://host:port` for plain text, `https://host:port` for
@@ -38,9 +40,10 @@ export class SnowmintClient {
     if (addresses.length === 0) {
       throw new TypeError('no endpoints given');
     }
-    const { timeoutMs = 1000, attempts = Math.max(2, 2 * addresses.length), buffer, tls } = options;
+    const { timeoutMs = 1000, attempts = Math.max(2, 2 * addresses.length), buffer, tls, sequencePrefetch = 0 } = options;
     positive('timeoutMs', timeoutMs);
     positive('attempts', attempts);
+    checkSequencePrefetch(sequencePrefetch);
     let settings: BufferSettings | undefined;
     if (buffer) {
       const { batch = 4096, lowWater = 8192, maxRefills = 3, maxAgeMs = 1000 } = buffer === true ? {} : buffer;
@@ -55,6 +58,9 @@ export class SnowmintClient {
       settings = { batch, lowWater, maxRefills, maxAgeMs };
     }
     this.pool = new EndpointPool(addresses, timeoutMs, attempts, tls);
+    if (sequencePrefetch > 0) {
+      this.prefetch = new SequencePrefetch(this.pool, sequencePrefetch);
+    }
     if (settings) {
       this.buffer = new PrefetchBuffer(this.pool, settings);
     } else {
@@ -140,8 +146,10 @@ export class SnowmintClient {
   }
 
   /**
-   * The next value of the named sequence `name`, from one `NextValue` call (never buffered):
-   * positive, never issued twice, as a `bigint`. It fails over and keeps deadlines as
+   * The next value of the named sequence `name`: positive, never issued twice, as a `bigint`.
+   * One `NextValue` call; with `sequencePrefetch`, from the sequence's buffer when it holds one
+   * (an unordered sequence's buffer is refilled by one `BatchValues`, shared by the callers
+   * waiting; an ordered sequence is never buffered). It fails over and keeps deadlines as
    * {@link batch} does; `NOT_FOUND` (no such sequence) and `OUT_OF_RANGE` (used up) reject with
    * `RejectedError`, as the server answered. A value that is not positive rejects with
    * `RejectedError` (`INTERNAL`).
@@ -150,7 +158,10 @@ export class SnowmintClient {
     if (this.pool.closed) {
       throw new ClientClosedError();
     }
-    return this.pool.nextValue(name, boundOf(options));
+    if (this.prefetch) {
+      return this.prefetch.nextValue(name, boundOf(options));
+    }
+    return (await this.pool.nextValue(name, boundOf(options))).values[0]!;
   }
 
   /**
@@ -166,14 +177,15 @@ export class SnowmintClient {
     if (this.pool.closed) {
       throw new ClientClosedError();
     }
-    return this.pool.batchValues(name, count, boundOf(options));
+    return (await this.pool.batchValues(name, count, boundOf(options))).values;
   }
 
   /**
    * Ends the client at once: the buffer stops refilling, every call waiting on the client (on
    * an empty buffer, on a shared call, or in an attempt on a server) rejects with
    * `ClientClosedError`, the connections close, and every later call rejects with it too.
-   * Buffered IDs are dropped, never handed out. Calling it again does nothing.
+   * Buffered IDs and sequence values are dropped, never handed out (a gap). Calling it again
+   * does nothing.
    */
   close(): void {
     this.buffer?.close();

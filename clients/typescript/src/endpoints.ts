@@ -32,7 +32,9 @@ import {
   nextUuidResponse,
   nextValueRequest,
   nextValueResponse,
+  orderedOf,
 } from './wire.js';
+import type { SequenceAnswer } from './wire.js';
 
 /**
  * grpc-js holds a connection that failed in a reconnect backoff (up to 120 s by default,
@@ -175,19 +177,23 @@ export class EndpointPool {
   }
 
   /** One `NextValue` call of sequence `name`, failing over. */
-  nextValue(name: string, bound: Bound): Promise<bigint> {
+  nextValue(name: string, bound: Bound): Promise<SequenceAnswer> {
     const request = nextValueRequest(name);
-    return this.fetch(bound, async (endpoint, attempt) =>
-      positiveIncreasing([await this.unary(endpoint, NEXT_VALUE, request, nextValueResponse, attempt)])[0]!,
-    );
+    const read = (data: Buffer): SequenceAnswer => ({ values: [nextValueResponse(data)], ordered: orderedOf(data) });
+    return this.fetch(bound, async (endpoint, attempt) => {
+      const answer = await this.unary(endpoint, NEXT_VALUE, request, read, attempt);
+      return { values: positiveIncreasing(answer.values), ordered: answer.ordered };
+    });
   }
 
   /** One `BatchValues` call of `count` of sequence `name`, failing over. */
-  batchValues(name: string, count: number, bound: Bound): Promise<bigint[]> {
+  batchValues(name: string, count: number, bound: Bound): Promise<SequenceAnswer> {
     const request = batchValuesRequest(name, count);
-    return this.fetch(bound, async (endpoint, attempt) =>
-      positiveIncreasing(counted('values', count, await this.unary(endpoint, BATCH_VALUES, request, batchValuesResponse, attempt))),
-    );
+    const read = (data: Buffer): SequenceAnswer => ({ values: batchValuesResponse(data), ordered: orderedOf(data) });
+    return this.fetch(bound, async (endpoint, attempt) => {
+      const answer = await this.unary(endpoint, BATCH_VALUES, request, read, attempt);
+      return { values: positiveIncreasing(counted('values', count, answer.values)), ordered: answer.ordered };
+    });
   }
 
   /**

@@ -9,6 +9,7 @@
  */
 export { SnowmintClient } from './client.js';
 export type { BufferOptions, CallOptions, ClientOptions, TlsOptions } from './options.js';
+export { MAX_SEQUENCE_PREFETCH } from './sequences.js';
 export {
   ClientClosedError,
   DeadlineExceededError,

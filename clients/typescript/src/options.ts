@@ -42,6 +42,15 @@ export interface ClientOptions {
   attempts?: number;
   /** Prefetch IDs into a local buffer (`true` for the defaults), so most `nextId()` calls need no round trip. */
   buffer?: BufferOptions | boolean;
+  /**
+   * Values of each unordered named sequence that `nextValue()` fetches ahead in one
+   * `BatchValues` and hands out one by one (default 0: off, one `NextValue` per call); at most
+   * 65536, the server's default `--max-batch`. Values still buffered when the client is closed
+   * or the process ends are a gap, never handed out; buffered values leave the fleet-wide
+   * order of the calls, and may wait long in an idle client. Ordered sequences are never
+   * buffered.
+   */
+  sequencePrefetch?: number;
   /** TLS settings of `https://` endpoints. */
   tls?: TlsOptions;
 }

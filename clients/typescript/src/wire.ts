@@ -10,9 +10,9 @@
  *     NextUuidRequest {}                      NextUuidResponse { bytes uuid = 1; }
  *     BatchUuidsRequest { uint32 count = 1; } BatchUuidsResponse { repeated bytes uuids = 1; }
  *     NextValueRequest { string sequence = 1; }
- *                                             NextValueResponse { int64 value = 1; }
+ *                                             NextValueResponse { int64 value = 1; bool ordered = 2; }
  *     BatchValuesRequest { string sequence = 1; uint32 count = 2; }
- *                                             BatchValuesResponse { repeated int64 values = 1; }
+ *                                             BatchValuesResponse { repeated int64 values = 1; bool ordered = 2; }
  *
  * Any other field of an answer (a newer server's, or the UUIDs' `text`/`texts`, which the
  * client writes itself from the bytes) is skipped, as protobuf readers do. Each fixed64 is read
@@ -285,6 +285,23 @@ export function nextValueResponse(data: Buffer): bigint {
 /** BatchValuesResponse's values. */
 export function batchValuesResponse(data: Buffer): bigint[] {
   return int64s(data);
+}
+
+/** A sequence answer's values, and whether the sequence is ordered. */
+export interface SequenceAnswer {
+  values: bigint[];
+  ordered: boolean;
+}
+
+/** NextValueResponse's or BatchValuesResponse's `ordered` (field 2, a varint; false when absent, the last one wins). */
+export function orderedOf(data: Buffer): boolean {
+  let ordered = false;
+  fields(data, (field, kind, start) => {
+    if (field === 2 && kind === VARINT) {
+      ordered = varint(data, start)[0] !== 0;
+    }
+  });
+  return ordered;
 }
 
 /** The serializer of requests already encoded. */

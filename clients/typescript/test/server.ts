@@ -3,7 +3,7 @@
  * dir, for the tests. `close()` kills it (SIGKILL) and removes the dir; the tests call it in
  * `after` hooks, so it runs whether a test passed or not.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -39,6 +39,18 @@ export class SnowmintServer {
   /** A server minting as worker `workerId`, with `extra` flags of `snowmint serve`. */
   static start(workerId: number, ...extra: string[]): Promise<SnowmintServer> {
     return SnowmintServer.startIn(workerId, mkdtempSync(join(tmpdir(), 'snowmint-ts-test-')), extra);
+  }
+
+  /**
+   * A server on a state dir where `snowmint sequence create` made each of `sequences` (name to
+   * its flags after the name, such as `['--ordered']`).
+   */
+  static startWithSequences(workerId: number, sequences: Record<string, string[]>): Promise<SnowmintServer> {
+    const dir = mkdtempSync(join(tmpdir(), 'snowmint-ts-test-'));
+    for (const [name, flags] of Object.entries(sequences)) {
+      execFileSync(binary(), ['sequence', 'create', name, '--state-dir', dir, ...flags], { stdio: 'pipe' });
+    }
+    return SnowmintServer.startIn(workerId, dir);
   }
 
   /**

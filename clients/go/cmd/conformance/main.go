@@ -30,6 +30,8 @@ type request struct {
 	Endpoints  []string        `json:"endpoints"`
 	TimeoutMS  *int            `json:"timeout_ms"`
 	Attempts   *int            `json:"attempts"`
+	Prefetch   *int            `json:"sequence_prefetch"`
+	Sequence   string          `json:"sequence"`
 	Buffer     *bufferSettings `json:"buffer"`
 	TLS        *tlsFiles       `json:"tls"`
 	Client     string          `json:"client"`
@@ -180,6 +182,12 @@ func run(req request) (result, error) {
 			texts[i] = strconv.FormatUint(id, 10)
 		}
 		return result{"ids": texts}, nil
+	case "next_value":
+		v, err := client.NextValue(ctx, req.Sequence)
+		if err != nil {
+			return nil, err
+		}
+		return result{"value": strconv.FormatInt(v, 10)}, nil
 	case "close":
 		return nil, client.Close()
 	case "burst":
@@ -204,6 +212,9 @@ func newClient(req request) error {
 	}
 	if req.Attempts != nil {
 		opts = append(opts, snowmint.WithAttempts(*req.Attempts))
+	}
+	if req.Prefetch != nil {
+		opts = append(opts, snowmint.WithSequencePrefetch(*req.Prefetch))
 	}
 	if b := req.Buffer; b != nil {
 		cfg := snowmint.DefaultBufferConfig()
@@ -230,7 +241,7 @@ func newClient(req request) error {
 	}
 	client, err := snowmint.New(context.Background(), req.Endpoints, opts...)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errInvalid, err) // a setting New refused
 	}
 	clients.Store(req.Name, client)
 	return nil

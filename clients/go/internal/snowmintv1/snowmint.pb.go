@@ -984,7 +984,10 @@ func (x *NextValueRequest) GetSequence() string {
 type NextValueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A positive value (a string in JSON).
-	Value         int64 `protobuf:"varint,1,opt,name=value,proto3" json:"value,omitempty"`
+	Value int64 `protobuf:"varint,1,opt,name=value,proto3" json:"value,omitempty"`
+	// The sequence was created ordered: its values increase fleet-wide in the order calls are
+	// answered, so a client never buffers them ahead of its callers.
+	Ordered       bool `protobuf:"varint,2,opt,name=ordered,proto3" json:"ordered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1024,6 +1027,13 @@ func (x *NextValueResponse) GetValue() int64 {
 		return x.Value
 	}
 	return 0
+}
+
+func (x *NextValueResponse) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
 }
 
 type BatchValuesRequest struct {
@@ -1082,7 +1092,9 @@ func (x *BatchValuesRequest) GetCount() uint32 {
 type BatchValuesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Increasing; consecutive except where a segment ends (strings in JSON).
-	Values        []int64 `protobuf:"varint,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Values []int64 `protobuf:"varint,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	// As in NextValueResponse.
+	Ordered       bool `protobuf:"varint,2,opt,name=ordered,proto3" json:"ordered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,6 +1134,13 @@ func (x *BatchValuesResponse) GetValues() []int64 {
 		return x.Values
 	}
 	return nil
+}
+
+func (x *BatchValuesResponse) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
 }
 
 var File_snowmint_v1_snowmint_proto protoreflect.FileDescriptor
@@ -1206,14 +1225,16 @@ const file_snowmint_v1_snowmint_proto_rawDesc = "" +
 	"\x05uuids\x18\x01 \x03(\fR\x05uuids\x12\x14\n" +
 	"\x05texts\x18\x02 \x03(\tR\x05texts\".\n" +
 	"\x10NextValueRequest\x12\x1a\n" +
-	"\bsequence\x18\x01 \x01(\tR\bsequence\")\n" +
+	"\bsequence\x18\x01 \x01(\tR\bsequence\"C\n" +
 	"\x11NextValueResponse\x12\x14\n" +
-	"\x05value\x18\x01 \x01(\x03R\x05value\"F\n" +
+	"\x05value\x18\x01 \x01(\x03R\x05value\x12\x18\n" +
+	"\aordered\x18\x02 \x01(\bR\aordered\"F\n" +
 	"\x12BatchValuesRequest\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\tR\bsequence\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\rR\x05count\"-\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\"G\n" +
 	"\x13BatchValuesResponse\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x03R\x06values2\xd3\x04\n" +
+	"\x06values\x18\x01 \x03(\x03R\x06values\x12\x18\n" +
+	"\aordered\x18\x02 \x01(\bR\aordered2\xd3\x04\n" +
 	"\tIdService\x12A\n" +
 	"\x06NextId\x12\x1a.snowmint.v1.NextIdRequest\x1a\x1b.snowmint.v1.NextIdResponse\x12G\n" +
 	"\bBatchIds\x12\x1c.snowmint.v1.BatchIdsRequest\x1a\x1d.snowmint.v1.BatchIdsResponse\x12A\n" +

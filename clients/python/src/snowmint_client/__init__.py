@@ -34,6 +34,7 @@ from ._layout import (
     decode_uuid,
 )
 from ._opaque import OpaqueId, OpaqueIdError
+from ._prefetch import MAX_SEQUENCE_PREFETCH
 from ._uuid import DecodedUuid, UuidDecodeError, format_uuid, parse_uuid
 from ._wire import WireError
 
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_EPOCH_MS",
     "DEFAULT_LAYOUT",
     "DEFAULT_TIMEOUT",
+    "MAX_SEQUENCE_PREFETCH",
     "AsyncClient",
     "BufferConfig",
     "Client",

@@ -24,6 +24,7 @@ from ._core import (
     channel_options,
     channel_targets,
 )
+from ._prefetch import SequenceBuffer, SequencePrefetch, check_sequence_prefetch, out_of_range
 
 T = TypeVar("T")
 _monotonic = time.monotonic
@@ -44,9 +45,12 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         attempts: int | None = None,
         buffer: BufferConfig | None = None,
+        sequence_prefetch: int = 0,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
+        per_refill = check_sequence_prefetch(sequence_prefetch)
+        self._prefetch = SequencePrefetch(per_refill, asyncio.Lock) if per_refill else None
         targets = channel_targets(endpoints, credentials)
         self._rotation = Rotation(len(targets), timeout, attempts)
         merged = channel_options(options)
@@ -170,32 +174,80 @@ class AsyncClient:
         return await self._call(batch_uuids, timeout)
 
     async def next_value(self, name: str, *, timeout: float | None = None) -> int:
-        """The next value of the named sequence ``name``, from one NextValue call, as
-        :meth:`Client.next_value <snowmint_client.Client.next_value>` gets it."""
-        request = _wire.next_value_request(name)
+        """The next value of the named sequence ``name``, as
+        :meth:`Client.next_value <snowmint_client.Client.next_value>` gets it (from the
+        sequence's buffer with ``sequence_prefetch``)."""
+        if self._prefetch is None:
+            return (await self._values(name, None, timeout))[0][0]
+        sequence = self._prefetch.sequence(name)
+        if sequence.ordered:
+            return await self._one_value(sequence, name, timeout)
+        deadline = None if timeout is None else _monotonic() + timeout
+        try:
+            await asyncio.wait_for(sequence.lock.acquire(), timeout)
+        except TimeoutError:
+            raise DeadlineExceededError("the call's timeout passed waiting for another caller's refill") from None
+        try:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            if sequence.values:
+                return sequence.values.popleft()
+            left = None if deadline is None else deadline - _monotonic()
+            if sequence.ordered is not False:
+                return await self._one_value(sequence, name, left)
+            try:
+                values, ordered = await self._values(name, self._prefetch.per_refill, left)
+            except grpc.RpcError as error:
+                if out_of_range(error):
+                    left = None if deadline is None else deadline - _monotonic()
+                    return await self._one_value(sequence, name, left)
+                sequence.failed(error)
+                raise
+            return sequence.kept(values, ordered)
+        finally:
+            sequence.lock.release()
 
-        async def next_value(i: int, t: float) -> int:
-            return _wire.next_value_response(await self._next_value[i](request, timeout=t))
-
-        return await self._call(next_value, timeout)
+    async def _one_value(self, sequence: SequenceBuffer, name: str, timeout: float | None) -> int:
+        try:
+            values, ordered = await self._values(name, None, timeout)
+        except grpc.RpcError as error:
+            sequence.failed(error)
+            raise
+        sequence.learn(ordered)
+        return values[0]
 
     async def batch_values(self, name: str, n: int, *, timeout: float | None = None) -> list[int]:
         """``n`` values of the named sequence ``name``, increasing, from one BatchValues call, as
         :meth:`Client.batch_values <snowmint_client.Client.batch_values>` gets them."""
+        return (await self._values(name, n, timeout))[0]
+
+    async def _values(self, name: str, n: int | None, timeout: float | None) -> tuple[list[int], bool]:
+        """One NextValue (``n`` None) or BatchValues call: its values, and whether the sequence
+        is ordered."""
+        if n is None:
+            request = _wire.next_value_request(name)
+
+            async def one(i: int, t: float) -> tuple[list[int], bool]:
+                answer = await self._next_value[i](request, timeout=t)
+                return [_wire.next_value_response(answer)], _wire.ordered(answer)
+
+            return await self._call(one, timeout)
         request = _wire.batch_values_request(name, n)
 
-        async def batch_values(i: int, t: float) -> list[int]:
-            values = _wire.batch_values_response(await self._batch_values[i](request, timeout=t))
+        async def batch_values(i: int, t: float) -> tuple[list[int], bool]:
+            answer = await self._batch_values[i](request, timeout=t)
+            values = _wire.batch_values_response(answer)
             if len(values) != n:
                 raise _wire.WireError(f"asked the server for {n} values, it answered {len(values)}")
-            return values
+            return values, _wire.ordered(answer)
 
         return await self._call(batch_values, timeout)
 
     async def close(self) -> None:
         """Ends the client at once: the buffer stops refilling, every call waiting on the
         client raises :class:`ClientClosedError`, the connections close, and every later call
-        raises it too. Buffered IDs are dropped, never handed out. Calling it again does
+        raises it too. Buffered IDs and sequence values are dropped, never handed out (a gap).
+        Calling it again does
         nothing."""
         if self._closed:
             return

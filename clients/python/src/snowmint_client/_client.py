@@ -23,6 +23,7 @@ from ._core import (
     channel_options,
     channel_targets,
 )
+from ._prefetch import SequencePrefetch, check_sequence_prefetch, out_of_range
 
 T = TypeVar("T")
 _monotonic = time.monotonic
@@ -37,6 +38,8 @@ class Client:
     is raised; when a call's own ``timeout`` passes, :class:`DeadlineExceededError`. With
     ``buffer``, :meth:`next_id` hands out prefetched IDs, refilled by background threads at the
     rate they are used. :meth:`next_uuid` and :meth:`batch_uuids` mint UUIDv7s, never buffered.
+    With ``sequence_prefetch`` n (0, off, to 65,536), :meth:`next_value` hands out values of
+    each unordered named sequence fetched n at a time by one BatchValues.
     Use it as a context manager, or call :meth:`close`.
 
     ``endpoints`` is a list of ``host:port``, ``http://host:port`` (plain text) or
@@ -53,9 +56,12 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         attempts: int | None = None,
         buffer: BufferConfig | None = None,
+        sequence_prefetch: int = 0,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
+        per_refill = check_sequence_prefetch(sequence_prefetch)
+        self._prefetch = SequencePrefetch(per_refill, threading.Lock) if per_refill else None
         targets = channel_targets(endpoints, credentials)
         self._rotation = Rotation(len(targets), timeout, attempts)
         merged = channel_options(options)
@@ -155,24 +161,73 @@ class Client:
         return self._call(lambda i, t: _wire.batch_uuids_response(self._batch_uuids[i](request, timeout=t)), timeout)
 
     def next_value(self, name: str, *, timeout: float | None = None) -> int:
-        """The next value of the named sequence ``name``, from one NextValue call (never
-        buffered): positive, never issued twice. Failover, attempts and ``timeout`` are those of
-        :meth:`next_id`; NOT_FOUND (no such sequence) and OUT_OF_RANGE (used up) are raised as
-        they are. An answer that is not a positive value raises :class:`WireError`."""
-        request = _wire.next_value_request(name)
-        return self._call(lambda i, t: _wire.next_value_response(self._next_value[i](request, timeout=t)), timeout)
+        """The next value of the named sequence ``name``: positive, never issued twice. One
+        NextValue call; with ``sequence_prefetch``, from the sequence's buffer when it holds one
+        (an unordered sequence's buffer is refilled by one BatchValues, shared by the callers
+        waiting; an ordered sequence is never buffered). Failover, attempts and ``timeout`` are
+        those of :meth:`next_id`; NOT_FOUND (no such sequence) and OUT_OF_RANGE (used up) are
+        raised as they are. An answer that is not a positive value raises :class:`WireError`."""
+        if self._prefetch is None:
+            return self._values(name, None, timeout)[0][0]
+        sequence = self._prefetch.sequence(name)
+        if sequence.ordered:
+            return self._one_value(sequence, name, timeout)
+        deadline = None if timeout is None else _monotonic() + timeout
+        if not sequence.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise DeadlineExceededError("the call's timeout passed waiting for another caller's refill")
+        try:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            if sequence.values:
+                return sequence.values.popleft()
+            left = None if deadline is None else deadline - _monotonic()
+            if sequence.ordered is not False:
+                return self._one_value(sequence, name, left)
+            try:
+                values, ordered = self._values(name, self._prefetch.per_refill, left)
+            except grpc.RpcError as error:
+                if out_of_range(error):
+                    return self._one_value(sequence, name, None if deadline is None else deadline - _monotonic())
+                sequence.failed(error)
+                raise
+            return sequence.kept(values, ordered)
+        finally:
+            sequence.lock.release()
+
+    def _one_value(self, sequence: Any, name: str, timeout: float | None) -> int:
+        try:
+            values, ordered = self._values(name, None, timeout)
+        except grpc.RpcError as error:
+            sequence.failed(error)
+            raise
+        sequence.learn(ordered)
+        return values[0]
 
     def batch_values(self, name: str, n: int, *, timeout: float | None = None) -> list[int]:
         """``n`` values of the named sequence ``name``, increasing, from one server in one
-        BatchValues call, as :meth:`batch` gets IDs. An answer of another count, or of values
-        not positive and increasing, raises :class:`WireError`."""
+        BatchValues call, as :meth:`batch` gets IDs; never from the sequence's buffer. An answer
+        of another count, or of values not positive and increasing, raises :class:`WireError`."""
+        return self._values(name, n, timeout)[0]
+
+    def _values(self, name: str, n: int | None, timeout: float | None) -> tuple[list[int], bool]:
+        """One NextValue (``n`` None) or BatchValues call: its values, and whether the sequence
+        is ordered."""
+        if n is None:
+            request = _wire.next_value_request(name)
+
+            def one(i: int, t: float) -> tuple[list[int], bool]:
+                answer = self._next_value[i](request, timeout=t)
+                return [_wire.next_value_response(answer)], _wire.ordered(answer)
+
+            return self._call(one, timeout)
         request = _wire.batch_values_request(name, n)
 
-        def call(i: int, t: float) -> list[int]:
-            values = _wire.batch_values_response(self._batch_values[i](request, timeout=t))
+        def call(i: int, t: float) -> tuple[list[int], bool]:
+            answer = self._batch_values[i](request, timeout=t)
+            values = _wire.batch_values_response(answer)
             if len(values) != n:
                 raise _wire.WireError(f"asked the server for {n} values, it answered {len(values)}")
-            return values
+            return values, _wire.ordered(answer)
 
         return self._call(call, timeout)
 
@@ -180,7 +235,8 @@ class Client:
         """Ends the client at once: the buffer stops refilling, every call waiting on the
         client (on an empty buffer, or in an attempt on a server) raises
         :class:`ClientClosedError`, the connections close, and every later call raises it too.
-        Buffered IDs are dropped, never handed out. Calling it again does nothing."""
+        Buffered IDs and sequence values are dropped, never handed out (a gap). Calling it
+        again does nothing."""
         with self._lock:
             if self._closed:
                 return

@@ -11,9 +11,10 @@ and types against the proto file.
                                           BatchUuidsResponse { repeated bytes uuids = 1;
                                                                repeated string texts = 2; }
     NextValueRequest { string sequence = 1; }
-                                          NextValueResponse { int64 value = 1; }
+                                          NextValueResponse { int64 value = 1; bool ordered = 2; }
     BatchValuesRequest { string sequence = 1; uint32 count = 2; }
-                                          BatchValuesResponse { repeated int64 values = 1; }
+                                          BatchValuesResponse { repeated int64 values = 1;
+                                                                bool ordered = 2; }
 
 The UUIDs are read from their bytes alone (each must be 16); the texts are skipped. Any other
 field of an answer (a newer server's) is skipped, as protobuf readers do.
@@ -236,3 +237,13 @@ def batch_values_response(data: bytes) -> list[int]:
     """BatchValuesResponse's values. Raises :class:`WireError` unless they are positive and
     increasing."""
     return _positive_increasing(_int64s(data))
+
+
+def ordered(data: bytes) -> bool:
+    """NextValueResponse's or BatchValuesResponse's ``ordered`` (field 2, a varint; false when
+    absent, the last one wins)."""
+    found = False
+    for field, kind, start, _ in _fields(data):
+        if field == 2 and kind == _VARINT:
+            found = _varint(data, start)[0] != 0
+    return found

@@ -169,12 +169,12 @@ final class EndpointPool {
     }
 
     /** One {@code NextValue} call of sequence {@code name}, failing over as {@link #fetch(int, long)} does. */
-    CompletableFuture<Long> nextValue(String name, long deadline) {
+    CompletableFuture<SequenceAnswer> nextValue(String name, long deadline) {
         return failingOver(stub -> nextValueCall(stub, name), deadline);
     }
 
     /** One {@code BatchValues} call of {@code count} of sequence {@code name}, failing over as {@link #fetch(int, long)} does. */
-    CompletableFuture<long[]> fetchValues(String name, int count, long deadline) {
+    CompletableFuture<SequenceAnswer> fetchValues(String name, int count, long deadline) {
         return failingOver(stub -> batchValuesCall(stub, name, count), deadline);
     }
 
@@ -295,13 +295,13 @@ final class EndpointPool {
         return response.thenApply(r -> uuidOf(r.getUuid()));
     }
 
-    private static CompletableFuture<Long> nextValueCall(IdServiceGrpc.IdServiceStub stub, String name) {
+    private static CompletableFuture<SequenceAnswer> nextValueCall(IdServiceGrpc.IdServiceStub stub, String name) {
         Unary<NextValueResponse> response = new Unary<>();
         stub.nextValue(NextValueRequest.newBuilder().setSequence(name).build(), response);
-        return response.thenApply(r -> positiveIncreasing(new long[] {r.getValue()})[0]);
+        return response.thenApply(r -> new SequenceAnswer(positiveIncreasing(new long[] {r.getValue()}), r.getOrdered()));
     }
 
-    private static CompletableFuture<long[]> batchValuesCall(IdServiceGrpc.IdServiceStub stub, String name, int count) {
+    private static CompletableFuture<SequenceAnswer> batchValuesCall(IdServiceGrpc.IdServiceStub stub, String name, int count) {
         Unary<BatchValuesResponse> response = new Unary<>();
         stub.batchValues(BatchValuesRequest.newBuilder().setSequence(name).setCount(count).build(), response);
         return response.thenApply(r -> {
@@ -312,7 +312,7 @@ final class EndpointPool {
             for (int i = 0; i < count; i++) {
                 values[i] = r.getValues(i);
             }
-            return positiveIncreasing(values);
+            return new SequenceAnswer(positiveIncreasing(values), r.getOrdered());
         });
     }
 

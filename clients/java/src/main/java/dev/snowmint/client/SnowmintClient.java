@@ -49,15 +49,20 @@ import java.util.concurrent.ExecutionException;
  */
 public final class SnowmintClient implements AutoCloseable {
 
+    /** The most values {@link Builder#sequencePrefetch(int)} takes: the server's default {@code --max-batch}. */
+    public static final int MAX_SEQUENCE_PREFETCH = SequencePrefetch.MAX;
+
     private final EndpointPool pool;
     private final Coalescer coalescer;
     private final PrefetchBuffer buffer;
+    private final SequencePrefetch prefetch;
 
     private SnowmintClient(Builder builder) {
         this.pool = new EndpointPool(builder.endpoints, builder.timeout,
                 builder.attempts > 0 ? builder.attempts : Math.max(2, 2 * builder.endpoints.size()), builder.credentials);
         this.coalescer = builder.buffer == null ? new Coalescer(pool) : null;
         this.buffer = builder.buffer == null ? null : new PrefetchBuffer(pool, builder.buffer);
+        this.prefetch = builder.sequencePrefetch == 0 ? null : new SequencePrefetch(pool, builder.sequencePrefetch);
     }
 
     /**
@@ -207,9 +212,11 @@ public final class SnowmintClient implements AutoCloseable {
     }
 
     /**
-     * The next value of the named sequence {@code name}, from one {@code NextValue} call (never
-     * buffered): positive, never issued twice. It fails over and keeps deadlines as
-     * {@link #batch(int)} does; {@code NOT_FOUND} (no such sequence) and {@code OUT_OF_RANGE}
+     * The next value of the named sequence {@code name}: positive, never issued twice. One
+     * {@code NextValue} call; with {@link Builder#sequencePrefetch(int)}, from the sequence's
+     * buffer when it holds one (an unordered sequence's buffer is refilled by one
+     * {@code BatchValues}, shared by the callers waiting; an ordered sequence is never
+     * buffered). It fails over and keeps deadlines as {@link #batch(int)} does; {@code NOT_FOUND} (no such sequence) and {@code OUT_OF_RANGE}
      * (used up) fail with {@link SnowmintRejectedException}, as the server answered.
      *
      * @throws SnowmintUnavailableException every endpoint refused or failed: retry later
@@ -239,7 +246,10 @@ public final class SnowmintClient implements AutoCloseable {
         if (pool.isClosed()) {
             return CompletableFuture.failedFuture(EndpointPool.closedError());
         }
-        return pool.nextValue(name, deadline);
+        if (prefetch != null) {
+            return prefetch.nextValue(name, deadline);
+        }
+        return pool.nextValue(name, deadline).thenApply(answer -> answer.values()[0]);
     }
 
     /**
@@ -278,7 +288,7 @@ public final class SnowmintClient implements AutoCloseable {
         if (pool.isClosed()) {
             return CompletableFuture.failedFuture(EndpointPool.closedError());
         }
-        return pool.fetchValues(name, count, deadline);
+        return pool.fetchValues(name, count, deadline).thenApply(SequenceAnswer::values);
     }
 
     /**
@@ -327,8 +337,8 @@ public final class SnowmintClient implements AutoCloseable {
      * Ends the client at once: the buffer stops refilling, every call waiting on the client (on
      * an empty buffer, on a shared call, or in an attempt on a server) fails with
      * {@link IllegalStateException}, the connections close, and every later call fails with it
-     * too. Buffered IDs are dropped, never handed out. It does not wait for a server; calling it
-     * again does nothing.
+     * too. Buffered IDs and sequence values are dropped, never handed out (a gap). It does not
+     * wait for a server; calling it again does nothing.
      */
     @Override
     public void close() {
@@ -367,6 +377,7 @@ public final class SnowmintClient implements AutoCloseable {
         private Duration timeout = Duration.ofSeconds(1);
         private int attempts;
         private BufferConfig buffer;
+        private int sequencePrefetch;
         private ChannelCredentials credentials;
 
         private Builder(List<String> endpoints) {
@@ -416,6 +427,22 @@ public final class SnowmintClient implements AutoCloseable {
          */
         public Builder buffer(BufferConfig buffer) {
             this.buffer = Objects.requireNonNull(buffer, "buffer");
+            return this;
+        }
+
+        /**
+         * Values of each unordered named sequence that {@code nextValue()} fetches ahead in one
+         * {@code BatchValues} and hands out one by one (default 0: off, one {@code NextValue}
+         * per call). Values still buffered when the client is closed or the process ends are a
+         * gap, never handed out; buffered values leave the fleet-wide order of the calls, and
+         * may wait long in an idle client. Ordered sequences are never buffered.
+         *
+         * @param values 0 to {@value SnowmintClient#MAX_SEQUENCE_PREFETCH}, the server's default
+         *     {@code --max-batch}
+         * @throws IllegalArgumentException for any other number
+         */
+        public Builder sequencePrefetch(int values) {
+            this.sequencePrefetch = SequencePrefetch.check(values);
             return this;
         }
 

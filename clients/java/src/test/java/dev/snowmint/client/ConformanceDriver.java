@@ -135,6 +135,11 @@ public final class ConformanceDriver {
                 int n = request.get("n").getAsInt();
                 reply.add("ids", ids(deadline == null ? client.batch(n) : client.batch(n, deadline)));
             }
+            case "next_value" -> {
+                String sequence = request.get("sequence").getAsString();
+                long value = deadline == null ? client.nextValue(sequence) : client.nextValue(sequence, deadline);
+                reply.addProperty("value", Long.toString(value));
+            }
             case "close" -> client.close();
             case "burst" -> reply.add("results", burst(client, request.get("n").getAsInt()));
             case "loop" -> reply.add("calls", loop(client, request, deadline));
@@ -214,6 +219,9 @@ public final class ConformanceDriver {
         }
         if (request.has("attempts")) {
             builder.attempts(request.get("attempts").getAsInt());
+        }
+        if (request.has("sequence_prefetch")) {
+            builder.sequencePrefetch(request.get("sequence_prefetch").getAsInt());
         }
         if (request.has("buffer") && !request.get("buffer").isJsonNull()) {
             JsonObject b = request.getAsJsonObject("buffer");

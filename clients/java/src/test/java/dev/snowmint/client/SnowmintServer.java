@@ -21,6 +21,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -61,6 +62,34 @@ final class SnowmintServer implements AutoCloseable {
     /** A server minting as worker {@code workerId}, with {@code extra} flags of {@code snowmint serve}. */
     static SnowmintServer start(int workerId, String... extra) {
         return start(workerId, tempDir(), extra);
+    }
+
+    /**
+     * A server on a state dir where {@code snowmint sequence create} made each of
+     * {@code sequences} (a name, then its flags after the name, such as {@code --ordered}).
+     */
+    static SnowmintServer startWithSequences(int workerId, Map<String, List<String>> sequences) {
+        Path dir = tempDir();
+        try {
+            for (Map.Entry<String, List<String>> sequence : sequences.entrySet()) {
+                List<String> command = new ArrayList<>(List.of(binary().toString(), "sequence", "create",
+                        sequence.getKey(), "--state-dir", dir.toString()));
+                command.addAll(sequence.getValue());
+                Process process = new ProcessBuilder(command).redirectErrorStream(true).start();
+                String output = new String(process.getInputStream().readAllBytes());
+                if (process.waitFor() != 0) {
+                    throw new IllegalStateException("sequence create " + sequence.getKey() + ": " + output);
+                }
+            }
+        } catch (IOException e) {
+            deleteTree(dir);
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            deleteTree(dir);
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+        return start(workerId, dir);
     }
 
     /**
