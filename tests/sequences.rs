@@ -391,6 +391,96 @@ async fn the_fence_moves_sequences_past_what_a_restore_lost() {
     assert_eq!(unique.len(), got.len(), "values issued twice");
 }
 
+/// A claim held up in the network from before a restore of etcd lands after the fence:
+/// etcd hands the restored revisions out again, so by then the sequence's record may stand at
+/// the very mod_revision the claim compares, holding other values. The write compares the
+/// record it read too, and is refused; had it landed, the record would have gone back below
+/// what was issued after the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_held_up_across_a_restore_is_refused_where_its_revision_comes_again() {
+    use snowmint::sequence::etcd::EtcdSequences;
+    use snowmint::sequence::{Answer, ClaimId, MAX_VALUE, Op};
+    use snowmint::store::Version;
+
+    let mut etcd = EtcdCluster::start(1).await;
+    let config = common::claims::etcd_config(&etcd.endpoints(), "/seq-held", Duration::from_secs(3), None, "test");
+    let store = EtcdSequences::connect(&config).await.unwrap();
+    store.create("refunds", &Record::new(1, MAX_VALUE, false).unwrap()).await.unwrap();
+    let read = |answer: Answer| match answer {
+        Answer::Read(Some(current)) => current,
+        other => panic!("{other:?}"),
+    };
+    let claim = |(version, over): &(Version, Record), number: u64, size: u64| Op::Write {
+        expect: *version,
+        over: over.clone(),
+        record: Record { next: over.next + size, claim: Some(ClaimId { session: 9, number }), ..over.clone() },
+    };
+    let snapshot = tempfile::NamedTempFile::new().unwrap();
+    etcd.snapshot(snapshot.path()).await;
+    // After the snapshot: a claim lands, and the next is sent and held up, never answered.
+    let first = read(store.call("refunds", Op::Read, None).await);
+    assert!(matches!(store.call("refunds", claim(&first, 0, 100), None).await, Answer::Written(_)));
+    let before = read(store.call("refunds", Op::Read, None).await);
+    let held_up = claim(&before, 1, 100);
+    let Version::At(held_revision) = before.0 else { panic!("{before:?}") };
+
+    etcd.restore(snapshot.path()).await;
+    let store = EtcdSequences::connect(&config).await.unwrap();
+    let endpoints = etcd.endpoints();
+    let fenced =
+        run_binary(&["fence", "--sequence-skip", "1000", "--etcd-endpoints", &endpoints, "--etcd-prefix", "/seq-held"]);
+    assert_eq!(fenced.0, 0, "{fenced:?}");
+    // Claims after the fence, until the record stands at the held claim's revision again.
+    let mut client = etcd.client().await;
+    let mut number = 10;
+    let current = loop {
+        let current = read(store.call("refunds", Op::Read, None).await);
+        let Version::At(revision) = current.0 else { panic!("{current:?}") };
+        assert!(revision <= held_revision, "the revisions were not handed out again: {revision} > {held_revision}");
+        if revision == held_revision {
+            break current;
+        }
+        if revision + 1 < held_revision {
+            client.put("/seq-held/filler", "x", None).await.unwrap();
+        } else {
+            assert!(matches!(store.call("refunds", claim(&current, number, 10), None).await, Answer::Written(_)));
+            number += 1;
+        }
+    };
+    assert!(current.1.next > before.1.next + 100, "the fence did not move the record past the held claim: {current:?}");
+
+    let landed = store.call("refunds", held_up, None).await;
+    assert_eq!(landed, Answer::Refused(Some(current.clone())), "the held-up claim landed on the fenced record");
+    assert_eq!(read(store.call("refunds", Op::Read, None).await), current, "the record changed");
+}
+
+/// A record stored in other bytes than this release encodes it in (another release wrote it:
+/// another field order, spaces) is still written over: the write compares the value, and
+/// compares it again by the stored bytes when those read as the record it expects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_stored_in_other_bytes_is_still_written_over() {
+    use snowmint::sequence::etcd::EtcdSequences;
+    use snowmint::sequence::{Answer, ClaimId, Op};
+
+    let etcd = EtcdCluster::start(1).await;
+    let config = common::claims::etcd_config(&etcd.endpoints(), "/seq-bytes", Duration::from_secs(3), None, "test");
+    let mut client = etcd.client().await;
+    client.put("/seq-bytes/sequences/refunds", r#"{ "max": 500, "claim": null, "next": 7 }"#, None).await.unwrap();
+    let store = EtcdSequences::connect(&config).await.unwrap();
+    let Answer::Read(Some((version, over))) = store.call("refunds", Op::Read, None).await else { panic!() };
+    assert_eq!((over.next, over.max), (7, 500));
+    let record = Record { next: 17, claim: Some(ClaimId { session: 9, number: 0 }), ..over.clone() };
+    let written =
+        store.call("refunds", Op::Write { expect: version, over: over.clone(), record: record.clone() }, None).await;
+    assert!(matches!(written, Answer::Written(_)), "{written:?}");
+    let Answer::Read(Some((_, stored))) = store.call("refunds", Op::Read, None).await else { panic!() };
+    assert_eq!(stored, record);
+    // Over a record that is not the one expected, the write is refused as before.
+    let stale = Record { next: 27, ..record.clone() };
+    let refused = store.call("refunds", Op::Write { expect: version, over, record: stale }, None).await;
+    assert!(matches!(refused, Answer::Refused(Some((_, ref now))) if *now == record), "{refused:?}");
+}
+
 /// One call to an ordered sequence as the caller saw it: when it was sent and answered, and
 /// the values it got.
 struct Answered {

@@ -65,7 +65,8 @@ async fn move_sequences(config: &EtcdConfig, skip: Option<u64>) -> Result<usize,
         let mut moved = None;
         for _ in 0..MOVE_ATTEMPTS {
             let fenced = record.fence(skip);
-            match store.call(&sequence.name, Op::Write { expect: version, record: fenced.clone() }, None).await {
+            let write = Op::Write { expect: version, over: record.clone(), record: fenced.clone() };
+            match store.call(&sequence.name, write, None).await {
                 Answer::Written(_) => {
                     moved = Some(fenced);
                     break;

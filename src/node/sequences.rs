@@ -253,7 +253,7 @@ enum Holder {
 impl Entry {
     fn new(name: &str, config: &SequencesConfig, machine: u64) -> Entry {
         Entry {
-            segments: Segments::new(name, config.session, config.segments),
+            segments: Segments::new(name, config.session, config.segments).claims_from(machine << 32),
             machine,
             asks: VecDeque::new(),
             gathered: Vec::new(),
@@ -506,7 +506,8 @@ impl<S: SequenceStore> Task<S> {
                             }
                             // A new machine reads it afresh; the callers stay in line.
                             self.machines += 1;
-                            entry.segments = Segments::new(name, self.config.session, self.config.segments);
+                            entry.segments = Segments::new(name, self.config.session, self.config.segments)
+                                .claims_from(self.machines << 32);
                             entry.machine = self.machines;
                             break;
                         }
@@ -654,7 +655,9 @@ mod tests {
             match op {
                 Op::Read => Answer::Read(current),
                 Op::Write { .. } if !holds => Answer::NotHolder,
-                Op::Write { expect, record } if current.as_ref().map(|c| c.0) == Some(expect) => {
+                Op::Write { expect, ref over, record }
+                    if current.as_ref().is_some_and(|c| (c.0, &c.1) == (expect, over)) =>
+                {
                     state.0 += 1;
                     state.1 = Some(record);
                     Answer::Written(Version::At(state.0))

@@ -1,5 +1,6 @@
 //! Sequences in etcd: each record under `<prefix>/sequences/<name>`, its version the key's
-//! mod_revision, every write a transaction that compares it. The holder of an ordered
+//! mod_revision, every write a transaction that compares it and the value it read (a
+//! restore hands mod_revisions out again; see [`Op::Write`]). The holder of an ordered
 //! sequence is `<prefix>/sequence-holders/<name>`, bound to the holder's lease (it goes when
 //! the lease does), and each of the holder's writes also compares that the key is still
 //! bound to its lease.
@@ -43,49 +44,77 @@ impl EtcdSequences {
         response.kvs().first().map(|kv| parse(name, kv)).transpose()
     }
 
-    async fn write(&self, name: &str, expect: Version, record: &Record, holder: Option<SessionId>) -> Answer {
+    /// Writes `record` if the stored one is still `over` at its version: the transaction
+    /// compares the mod_revision and the value both, as [`Op::Write`] says why. The value is
+    /// compared as [`Record::encode`] makes it; a record stored in other bytes that read as
+    /// `over` at its version (written by another release) is compared again by those bytes.
+    async fn write(
+        &self,
+        name: &str,
+        (expect, over): (Version, &Record),
+        record: &Record,
+        holder: Option<SessionId>,
+    ) -> Answer {
         let key = self.key(name);
         let revision = match expect {
             Version::Absent => 0,
             Version::At(revision) => revision,
         };
-        let mut compares = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, revision)];
-        let mut reads = vec![TxnOp::get(key.clone(), None)];
-        if let Some(session) = holder {
-            let holder_key = self.holder_key(name);
-            compares.push(Compare::lease(holder_key.clone(), CompareOp::Equal, session));
-            reads.push(TxnOp::get(holder_key, None));
-        }
-        let txn = Txn::new().when(compares).and_then([TxnOp::put(key.clone(), record.encode(), None)]).or_else(reads);
-        let response =
-            match self.etcd.lock().await.attempt("write sequence", |mut c| async move { c.txn(txn).await }).await {
-                Ok(response) => response,
+        let mut over_bytes = over.encode();
+        for attempt in 0..2 {
+            let mut compares = vec![
+                Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
+                Compare::value(key.clone(), CompareOp::Equal, over_bytes.clone()),
+            ];
+            let mut reads = vec![TxnOp::get(key.clone(), None)];
+            if let Some(session) = holder {
+                let holder_key = self.holder_key(name);
+                compares.push(Compare::lease(holder_key.clone(), CompareOp::Equal, session));
+                reads.push(TxnOp::get(holder_key, None));
+            }
+            let put = TxnOp::put(key.clone(), record.encode(), None);
+            let txn = Txn::new().when(compares).and_then([put]).or_else(reads);
+            let response =
+                match self.etcd.lock().await.attempt("write sequence", |mut c| async move { c.txn(txn).await }).await {
+                    Ok(response) => response,
+                    Err(error) => return Answer::Unknown(error),
+                };
+            if response.succeeded() {
+                return match response.header() {
+                    Some(header) => Answer::Written(Version::At(header.revision())),
+                    None => Answer::Unknown("etcd answered a sequence write without its revision".into()),
+                };
+            }
+            let mut gets = response.op_responses().into_iter().filter_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            });
+            let stored = gets.next().map(|get| get.kvs().first().cloned());
+            if let Some(session) = holder {
+                match gets.next() {
+                    Some(get) if get.kvs().first().is_some_and(|kv| kv.lease() == session) => {}
+                    Some(_) => return Answer::NotHolder,
+                    None => {
+                        return Answer::Unknown("etcd refused a sequence write without showing its holder".into());
+                    }
+                }
+            }
+            let stored = match stored {
+                Some(Some(kv)) => kv,
+                Some(None) => return Answer::Refused(None),
+                None => return Answer::Unknown("etcd refused a sequence write without saying what is stored".into()),
+            };
+            let current = match parse(name, &stored) {
+                Ok(current) => current,
                 Err(error) => return Answer::Unknown(error),
             };
-        if response.succeeded() {
-            return match response.header() {
-                Some(header) => Answer::Written(Version::At(header.revision())),
-                None => Answer::Unknown("etcd answered a sequence write without its revision".into()),
-            };
-        }
-        let mut gets = response.op_responses().into_iter().filter_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        });
-        let now = gets.next().map(|get| get.kvs().first().map(|kv| parse(name, kv)));
-        if let Some(session) = holder {
-            match gets.next() {
-                Some(get) if get.kvs().first().is_some_and(|kv| kv.lease() == session) => {}
-                Some(_) => return Answer::NotHolder,
-                None => return Answer::Unknown("etcd refused a sequence write without showing its holder".into()),
+            let same_record = current == (expect, over.clone()) && stored.value() != over_bytes;
+            if !(same_record && attempt == 0) {
+                return Answer::Refused(Some(current));
             }
+            over_bytes = stored.value().to_vec();
         }
-        match now {
-            Some(Some(Err(error))) => Answer::Unknown(error),
-            Some(Some(Ok(current))) => Answer::Refused(Some(current)),
-            Some(None) => Answer::Refused(None),
-            None => Answer::Unknown("etcd refused a sequence write without saying what is stored".into()),
-        }
+        unreachable!("the second attempt answers")
     }
 }
 
@@ -102,7 +131,7 @@ impl SequenceStore for EtcdSequences {
                 Ok(current) => Answer::Read(current),
                 Err(error) => Answer::Unknown(error),
             },
-            Op::Write { expect, record } => self.write(name, expect, &record, holder).await,
+            Op::Write { expect, over, record } => self.write(name, (expect, &over), &record, holder).await,
         }
     }
 

@@ -99,8 +99,8 @@ impl SequenceStore for FileSequences {
             let current = read(&name, &path)?;
             Ok(match op {
                 Op::Read => Answer::Read(current),
-                Op::Write { expect, record } => match current {
-                    Some((version, _)) if version == expect => {
+                Op::Write { expect, over, record } => match current {
+                    Some((version, stored)) if version == expect && stored == over => {
                         let Version::At(revision) = version else { unreachable!("a file's version is a revision") };
                         let temp = temp_file(&path, &Saved { revision: revision + 1, record })?;
                         // Past this point the write may be in place: an error is of unknown outcome.

@@ -114,7 +114,9 @@ impl Record {
         (self.max + 1).saturating_sub(self.next)
     }
 
-    /// The stored form.
+    /// The stored form. etcd compares it byte for byte on every write
+    /// ([`crate::sequence::Op::Write`]): a record reads back and encodes to the same bytes, in
+    /// every release (a change here must keep the bytes of every record already stored).
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a record always serializes")
     }
@@ -167,6 +169,20 @@ mod tests {
         assert_eq!(Record::new(0, 5, false), Err(RecordError::Start(0)));
         assert_eq!(Record::new(6, 5, false), Err(RecordError::Max { start: 6, max: 5 }));
         assert_eq!(Record::new(1, MAX_VALUE + 1, false), Err(RecordError::Max { start: 1, max: MAX_VALUE + 1 }));
+    }
+
+    #[test]
+    fn the_stored_form_stays_byte_for_byte_the_same() {
+        let claimed =
+            Record { next: 42, max: 100, ordered: false, claim: Some(ClaimId { session: -5, number: 3 }), fenced: 0 };
+        let golden = br#"{"next":42,"max":100,"ordered":false,"claim":{"session":-5,"number":3}}"#;
+        assert_eq!(claimed.encode(), golden.to_vec());
+        let fenced = Record { next: 9, max: 9, ordered: true, claim: None, fenced: 2 };
+        let golden = br#"{"next":9,"max":9,"ordered":true,"claim":null,"fenced":2}"#;
+        assert_eq!(fenced.encode(), golden.to_vec());
+        for record in [claimed, fenced] {
+            assert_eq!(Record::decode("orders", &record.encode()).unwrap().encode(), record.encode());
+        }
     }
 
     #[test]

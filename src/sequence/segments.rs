@@ -60,8 +60,11 @@ impl Default for SegmentConfig {
 pub enum Op {
     /// Read the record: its version and value, or that there is none.
     Read,
-    /// Write `record` only if the stored one is still at `expect`.
-    Write { expect: Version, record: Record },
+    /// Write `record` only if the stored one is still `over`, at version `expect`. Both are
+    /// compared: after a restore of the store, versions are handed out again, so a write held
+    /// up from before it could find its version again on another record; the record's content
+    /// (a claim names its claimant, a fence counts itself) is not found again.
+    Write { expect: Version, over: Record, record: Record },
 }
 
 /// The store's answer to an [`Op`].
@@ -183,7 +186,8 @@ pub struct Segments {
 
 impl Segments {
     /// The machine for sequence `name` on the instance whose session is `session`: claims it
-    /// makes are `ClaimId { session, number }`, numbers never reused.
+    /// makes are `ClaimId { session, number }`, numbers never reused (numbered from 0; a
+    /// machine made anew under the same session starts where [`Segments::claims_from`] says).
     pub fn new(name: &str, session: i64, config: SegmentConfig) -> Segments {
         assert!(config.min_size >= 1 && config.min_size <= config.max_size, "segment sizes {config:?}");
         Segments {
@@ -211,6 +215,15 @@ impl Segments {
             state: State::Running,
             events: VecDeque::new(),
         }
+    }
+
+    /// Numbers this machine's claims from `first` on: an instance that makes a sequence's
+    /// machine anew (an ordered sequence's lease lapsed, a sequence created on first use)
+    /// gives each its own range, so no claim of a dropped machine landing late is read back
+    /// as the new one's.
+    pub fn claims_from(mut self, first: u64) -> Segments {
+        self.next_claim = first;
+        self
     }
 
     /// The sequence's name.
@@ -325,7 +338,9 @@ impl Segments {
         let (kind, op) = match self.state {
             State::Done(_) => return None,
             State::Closing => match self.give_back() {
-                Some((expect, record)) => (InFlight::GiveBack(record.clone()), Op::Write { expect, record }),
+                Some(((expect, over), record)) => {
+                    (InFlight::GiveBack(record.clone()), Op::Write { expect, over, record })
+                }
                 None => {
                     self.stop(SequenceError::Closed(self.name.clone()));
                     return None;
@@ -344,8 +359,8 @@ impl Segments {
                 if self.known.is_none() || self.pending.as_ref().is_some_and(|p| p.unknown) {
                     (InFlight::Read, Op::Read)
                 } else if self.pending.is_none() && self.needs_claim() {
-                    let (expect, record) = self.claim(now)?;
-                    (InFlight::Claim(record.clone()), Op::Write { expect, record })
+                    let ((expect, over), record) = self.claim(now)?;
+                    (InFlight::Claim(record.clone()), Op::Write { expect, over, record })
                 } else {
                     return None;
                 }
@@ -369,7 +384,7 @@ impl Segments {
     }
 
     /// The next claim: values from the record's `next` on, as many as the rate asks for.
-    fn claim(&mut self, now: Duration) -> Option<(Version, Record)> {
+    fn claim(&mut self, now: Duration) -> Option<((Version, Record), Record)> {
         let (version, record) = self.known.clone()?;
         let rate_size = match self.last_claim_at {
             Some(at) if now > at => {
@@ -392,13 +407,14 @@ impl Segments {
         self.last_size = size;
         self.taken_since_claim = 0;
         self.last_claim_at = Some(now);
-        Some((version, Record { next: values.end, claim: Some(claim), ..record }))
+        let claimed = Record { next: values.end, claim: Some(claim), ..record.clone() };
+        Some(((version, record), claimed))
     }
 
     /// At a close: the write that gives the unused top of the sequence back, when this
     /// instance's last claim is still the record's latest write and its unused values run
     /// unbroken up to the record's `next`.
-    fn give_back(&mut self) -> Option<(Version, Record)> {
+    fn give_back(&mut self) -> Option<((Version, Record), Record)> {
         let (version, record) = self.known.clone()?;
         if !self.last_claim_is_top || self.pending.is_some() {
             return None;
@@ -416,7 +432,8 @@ impl Segments {
         if from == record.next {
             return None;
         }
-        Some((version, Record { next: from, claim: None, ..record }))
+        let given_back = Record { next: from, claim: None, ..record.clone() };
+        Some(((version, record), given_back))
     }
 
     /// Takes in the answer to operation `id`; an answer to any other is ignored.
@@ -589,8 +606,8 @@ mod tests {
         fn apply(&mut self, op: &Op) -> Answer {
             match op {
                 Op::Read => Answer::Read(self.current()),
-                Op::Write { expect, record } => {
-                    if self.current().map(|(version, _)| version) != Some(*expect) {
+                Op::Write { expect, over, record } => {
+                    if self.current() != Some((*expect, over.clone())) {
                         return Answer::Refused(self.current());
                     }
                     if let Some(claim) = record.claim {
@@ -643,7 +660,7 @@ mod tests {
         assert_eq!(segments.poll_op(T0), None, "one operation at a time");
         segments.handle_answer(read, store.apply(&op));
         let (claim, op) = segments.poll_op(T0).unwrap();
-        let Op::Write { expect, record } = &op else { panic!("{op:?}") };
+        let Op::Write { expect, record, .. } = &op else { panic!("{op:?}") };
         assert_eq!((*expect, record.next, record.claim), (Version::At(1), 11, Some(ClaimId { session: 7, number: 0 })));
         assert!(segments.take(5).is_empty(), "the claim is not written yet");
         segments.handle_answer(claim + 1, Answer::Written(Version::At(2)));
@@ -654,6 +671,20 @@ mod tests {
             events(&mut segments),
             vec![Event::Claimed { claim: ClaimId { session: 7, number: 0 }, values: 1..11 }]
         );
+    }
+
+    #[test]
+    fn a_machine_made_anew_under_the_same_session_names_its_claims_apart() {
+        let mut store = Store::new(1, MAX_VALUE);
+        let mut first = Segments::new("orders", 7, config());
+        first.take(1);
+        settle(&mut first, &mut store, T0);
+        let mut again = Segments::new("orders", 7, config()).claims_from(1 << 32);
+        again.take(100);
+        settle(&mut again, &mut store, T0);
+        let claims: Vec<ClaimId> = store.taken.iter().map(|(claim, _)| *claim).collect();
+        assert_eq!(claims[0], ClaimId { session: 7, number: 0 });
+        assert!(claims[1..].iter().all(|c| c.session == 7 && c.number >= 1 << 32), "{claims:?}");
     }
 
     #[test]

@@ -63,8 +63,8 @@ impl Disk {
         notes: &mut Vec<Note>,
     ) -> Answer {
         let current = self.sequences.get(&sequence).map(|(revision, record)| (Version::At(*revision), record.clone()));
-        let Op::Write { expect, record } = op else { return Answer::Read(current) };
-        let note = match sequence_write::apply(sequence, current.as_ref(), *expect, record) {
+        let Op::Write { expect, over, record } = op else { return Answer::Read(current) };
+        let note = match sequence_write::apply(sequence, current.as_ref(), (*expect, over), record) {
             Err(refused) => return refused,
             Ok(note) => note,
         };

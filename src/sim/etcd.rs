@@ -340,7 +340,7 @@ impl EtcdModel {
     /// A holder's write (`holder`: its lease) also compares that the holder key is still
     /// bound to that lease: [`Answer::NotHolder`] if not.
     pub fn sequence_call(&mut self, now: Us, sequence: SequenceIndex, op: &Op, holder: Option<SessionId>) -> Answer {
-        let Op::Write { expect, record } = op else { return Answer::Read(self.sequence(sequence)) };
+        let Op::Write { expect, over, record } = op else { return Answer::Read(self.sequence(sequence)) };
         if let Some(session) = holder {
             self.expire(now);
             if self.kv.get(&Key::Holder(sequence)).is_none_or(|kv| kv.lease != session) {
@@ -351,7 +351,7 @@ impl EtcdModel {
             return Answer::Unknown("etcdserver: mvcc: database space exceeded".into());
         }
         let key = Key::Sequence(sequence);
-        match sequence_write::apply(sequence, self.sequence(sequence).as_ref(), *expect, record) {
+        match sequence_write::apply(sequence, self.sequence(sequence).as_ref(), (*expect, over), record) {
             Err(refused) => refused,
             Ok(note) => {
                 self.rev += 1;

@@ -275,7 +275,7 @@ fn an_ordered_sequence_served_past_its_lease_is_caught() {
 
 /// Schedules that long sweeps once failed, each for its own reason (see the CHANGELOG): they
 /// stay in every run, whatever the default sweep's range.
-const FOUND_BY_LONG_SWEEPS: [u64; 7] = [
+const FOUND_BY_LONG_SWEEPS: [u64; 8] = [
     7_340_949_700,   // a resumed claim applied an older claim's floor
     96_273_628_996,  // a write held up in the network landed after a restore
     96_223_646_376,  // a re-claim read its own write, made before a restore
@@ -283,6 +283,7 @@ const FOUND_BY_LONG_SWEEPS: [u64; 7] = [
     12_021_811_556,  // a reservation a restore threw away was taken as a floor
     12_021_825_488,  // stale copies of a keeper wake multiplied (the simulator's own loop)
     680_721_844_248, // a late copy of a slot's first write landed after its key was deleted by hand
+    337_487_548_145, // a sequence claim held up across a restore found its version again, on a fenced record
 ];
 
 #[test]

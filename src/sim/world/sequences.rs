@@ -130,11 +130,11 @@ impl Entry {
     /// and the answers to the old one's operations go unseen. A process stopping closes the
     /// new one at once.
     fn drop_machine(&mut self, session: i64, config: SegmentConfig, stopping: bool) {
-        self.segments = Segments::new(&sequence_write::name(self.id), session, config);
+        self.base += 1 << 32;
+        self.segments = Segments::new(&sequence_write::name(self.id), session, config).claims_from(self.base);
         if stopping {
             self.segments.close();
         }
-        self.base += 1 << 32;
         self.in_flight = None;
         self.gathered.clear();
         self.gathered_count = 0;
@@ -266,7 +266,12 @@ impl World {
             entry.gathered_count -= caller.count;
         }
         let (id, ordered) = (entry.id, entry.segments.is_ordered());
+        let mut events = Vec::new();
         while let Some(event) = entry.segments.poll_event() {
+            events.push(event);
+        }
+        for event in events {
+            self.trace(|| format!("m{m} s{id} event {event:?}"));
             match event {
                 Event::Stopped(SequenceError::WentBack { .. }) => self.report.sequences_went_back += 1,
                 Event::Fenced { .. } => self.report.sequences_fenced += 1,
@@ -471,6 +476,9 @@ impl World {
                     return;
                 }
                 let answer = self.etcd.sequence_call(now, sequence, &op, holder);
+                self.trace(|| {
+                    format!("m{m} s{sequence} #{id} {op:?} lands{}: {answer:?}", if copy { " (a copy)" } else { "" })
+                });
                 for note in std::mem::take(&mut self.etcd.notes) {
                     self.checker.note(now, note);
                 }
@@ -517,6 +525,10 @@ impl World {
             return;
         }
         entry.in_flight = None;
+        let sequence = entry.id;
+        self.trace(|| format!("m{m} s{sequence} gets #{id} {answer:?}"));
+        let Some(p) = self.machines[m].process.as_mut() else { return };
+        let entry = &mut p.sequences[index];
         entry.backoff = backoff_after(entry.backoff, &answer);
         entry.segments.handle_answer(id - entry.base, answer);
         self.serve_sequence(m, index);
