@@ -29,6 +29,7 @@
 //!   string form that carries the key version. Pure, as the core is.
 //! - [`sequence`]: named sequences' records and the rules of their segments, with no I/O.
 //! - [`uuid7`]: UUIDv7 (RFC 9562) made from minted IDs, and read back. Pure.
+//! - [`tenant`]: callers as tenants: tokens, the policy, permissions and quotas. Pure.
 //!
 //! The command line and the load tool are the `snowmint` binary's (`src/main.rs`,
 //! `src/cli/`); the Rust client is its own crate, `snowmint-client` (`clients/rust`).
@@ -56,5 +57,6 @@ pub mod server;
 #[cfg(test)]
 mod sim;
 pub mod store;
+pub mod tenant;
 pub mod upkeep;
 pub mod uuid7;
