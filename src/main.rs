@@ -54,6 +54,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Audit(args) => cli::audit::run(&args).await,
         Command::Fence(args) => cli::fence::run(&args).await,
         Command::Sequence(args) => cli::sequence::run(&args).await,
+        Command::Token(args) => cli::token::run(&args),
         Command::Next(args) => cli::clients::next(&args).await,
         Command::Batch(args) => cli::clients::batch(&args).await,
         Command::Bench(args) => {

@@ -174,8 +174,24 @@ pub struct Metrics {
     pub named_sequence_segment_size: IntGaugeVec,
     /// Named sequences: values left before the sequence's maximum, as last read or written.
     pub named_sequence_values_left: IntGaugeVec,
+    /// Tenants: IDs, UUIDs and sequence values let through, by tenant.
+    pub tenant_ids: IntCounterVec,
+    /// Tenants: calls of a known tenant refused, by tenant and [`TENANT_REFUSALS`].
+    pub tenant_refusals: IntCounterVec,
+    /// Tenants: what a tenant's quota would let through now, as its last call left it.
+    pub tenant_quota_available: IntGaugeVec,
+    /// Calls refused `UNAUTHENTICATED`, by [`UNAUTHENTICATED_REASONS`].
+    pub unauthenticated_calls: IntCounterVec,
+    /// Reloads of the policy and token files, by [`RESULT_OK`] or [`RESULT_FAILED`].
+    pub tenant_reloads: IntCounterVec,
     pub build_info: IntGaugeVec,
 }
+
+/// The `reason` label of a known tenant's refused call.
+pub const TENANT_REFUSALS: [&str; 4] = ["permission", "max_batch", "burst", "quota"];
+
+/// The `reason` label of a call refused `UNAUTHENTICATED`.
+pub const UNAUTHENTICATED_REASONS: [&str; 5] = ["missing", "bad_header", "unknown_token", "no_tenant", "two_tenants"];
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -480,6 +496,37 @@ impl Metrics {
                 &["sequence"],
             )
             .unwrap(),
+            tenant_ids: IntCounterVec::new(
+                Opts::new("snowmint_tenant_ids_total", "IDs, UUIDs and sequence values let through to a tenant's calls."),
+                &["tenant"],
+            )
+            .unwrap(),
+            tenant_refusals: IntCounterVec::new(
+                Opts::new(
+                    "snowmint_tenant_refusals_total",
+                    "Calls of a known tenant refused: permission, max_batch, burst or quota.",
+                ),
+                &["tenant", "reason"],
+            )
+            .unwrap(),
+            tenant_quota_available: IntGaugeVec::new(
+                Opts::new(
+                    "snowmint_tenant_quota_available_ids",
+                    "IDs a tenant's quota would let through now, as its last call left it.",
+                ),
+                &["tenant"],
+            )
+            .unwrap(),
+            unauthenticated_calls: IntCounterVec::new(
+                Opts::new("snowmint_unauthenticated_calls_total", "Calls refused UNAUTHENTICATED, by reason."),
+                &["reason"],
+            )
+            .unwrap(),
+            tenant_reloads: IntCounterVec::new(
+                Opts::new("snowmint_tenant_policy_reloads_total", "Reloads of the policy and token files, by result."),
+                &["result"],
+            )
+            .unwrap(),
             build_info,
         };
         metrics.register_all();
@@ -533,6 +580,11 @@ impl Metrics {
             Box::new(self.named_sequence_segments.clone()),
             Box::new(self.named_sequence_segment_size.clone()),
             Box::new(self.named_sequence_values_left.clone()),
+            Box::new(self.tenant_ids.clone()),
+            Box::new(self.tenant_refusals.clone()),
+            Box::new(self.tenant_quota_available.clone()),
+            Box::new(self.unauthenticated_calls.clone()),
+            Box::new(self.tenant_reloads.clone()),
             Box::new(self.build_info.clone()),
         ];
         for collector in collectors {
@@ -576,6 +628,12 @@ impl Metrics {
         }
         for alarm in [ALARM_NOSPACE, ALARM_CORRUPT] {
             self.etcd_alarm.with_label_values(&[alarm]);
+        }
+        for reason in UNAUTHENTICATED_REASONS {
+            self.unauthenticated_calls.with_label_values(&[reason]);
+        }
+        for result in [RESULT_OK, RESULT_FAILED] {
+            self.tenant_reloads.with_label_values(&[result]);
         }
         self.worker_id.set(-1);
         self.opaque_key_version.set(-1);

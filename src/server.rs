@@ -50,6 +50,9 @@ use crate::store::alarm::{Alarm, AlarmWatch};
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::file::{FileStore, StandaloneConfig};
 
+mod tenants;
+pub use tenants::TenantFiles;
+
 /// Where the slots come from: a static list and its state files, or leases from etcd.
 #[derive(Debug, Clone)]
 pub enum SlotSource {
@@ -126,6 +129,8 @@ pub struct ServeConfig {
     pub opaque: Option<Arc<Keyring>>,
     /// Named sequences: their segments' sizes, and whether a call creates a missing one.
     pub sequences: SequencesSettings,
+    /// The tenants' policy and token files; without them, any caller may make any call.
+    pub tenants: Option<TenantFiles>,
 }
 
 /// The named sequences' settings of a server.
@@ -154,6 +159,8 @@ pub enum ServeError {
     Admin(std::io::Error),
     #[error("gRPC TLS: {0}")]
     Tls(String),
+    #[error("tenants: {0}")]
+    Tenants(String),
 }
 
 /// `clock` with forward jumps confirmed before they are followed, logged and counted, the
@@ -362,6 +369,21 @@ pub async fn run(
     Generator::new(config.layout.clone(), 0, 0)?;
     let tls = config.tls.as_ref().map(GrpcTls::server_config).transpose()?;
     let metrics = Metrics::new();
+    let gate = match &config.tenants {
+        Some(files) => {
+            let (gate, reloader) = files.load(&metrics).map_err(ServeError::Tenants)?;
+            let client_ca = config.tls.as_ref().is_some_and(|tls| tls.client_ca.is_some());
+            if gate.rules().policy().names_certificates() && !client_ca {
+                return Err(ServeError::Tenants(format!(
+                    "{} names client certificates, but this server asks for none: give --tls-client-ca (and --tls-cert, --tls-key)",
+                    files.policy.display()
+                )));
+            }
+            tokio::spawn(reloader.run(shutdown.clone()));
+            Some(gate)
+        }
+        None => None,
+    };
     metrics.layout_expiry_timestamp_seconds.set(config.layout.expiry_ms() as f64 / 1000.0);
     // The minter and the keeper read one filtered wall clock: a forward jump is followed
     // only once it has lasted, so a jump corrected soon never drags the reservations ahead.
@@ -427,6 +449,12 @@ pub async fn run(
         tracing::info!(versions = ?keys.versions(), current, "opaque IDs on: made with the current key, revealed with any");
     }
     let grpc_addr = grpc.local_addr().map_err(ServeError::Admin)?;
+    if config.tenants.is_none() && config.tls.is_none() && !grpc_addr.ip().is_loopback() {
+        tracing::warn!(
+            address = %grpc_addr,
+            "listening beyond loopback without TLS and without a policy: anyone who reaches this port may mint without limit, read provenance and reveal opaque IDs (see --policy-file)"
+        );
+    }
     let fleet = node::Fleet {
         holding: keeper.holding.clone(),
         clock: clock.clone(),
@@ -470,6 +498,7 @@ pub async fn run(
         routes,
         connect: Arc::new(Connect::new(service, &metrics, limits.max_request_bytes)),
         request_timeout: limits.request_timeout,
+        gate,
     });
     let stop_accepting = shutdown.clone().cancelled_owned();
     let serve: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match tls {

@@ -14,7 +14,7 @@ const FLOORS: &[&[&str]] = &[
     &["clock_filter", "generator", "grant", "uuid7"],
     &["store"],
     &["keeper", "minter", "sequence", "upkeep"],
-    &["history"],
+    &["history", "tenant"],
     &["node"],
     &["rpc"],
     &["server", "sim"],

@@ -21,6 +21,7 @@ use super::decode::DecodeArgs;
 use super::fence::FenceArgs;
 use super::sequence::SequenceArgs;
 use super::serve::ServeArgs;
+use super::token::TokenArgs;
 
 #[derive(Debug, Parser)]
 #[command(name = "snowmint", version, about = "Mints unique, roughly time-sorted 64-bit IDs over gRPC")]
@@ -50,6 +51,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Create, list and show named sequences (in etcd, or a state dir).
     Sequence(SequenceArgs),
+    /// Make bearer tokens for the tenants' policy, and their lines for the token file.
+    Token(TokenArgs),
 }
 
 /// The layout flags, shared by `serve` and `decode`.

@@ -2,7 +2,7 @@
 //! and the flags they share), [`serve`] (the server's flags and start), [`decode`] (offline
 //! decoding, and provenance from the slot history), [`audit`] (the slot history's check),
 //! [`fence`] (the fence of etcd's restore procedure), [`sequence`] (named sequences made and
-//! inspected),
+//! inspected), [`token`] (bearer tokens for the tenants' policy),
 //! [`clients`] (the small clients `next` and `batch`) and [`bench`] (the load tool); [`opaque`]
 //! reads the opaque key file of `serve` and `decode`. The small clients and the load tool use
 //! `snowmint-client`, the library stays the
@@ -17,5 +17,6 @@ pub mod flags;
 pub mod opaque;
 pub mod sequence;
 pub mod serve;
+pub mod token;
 
 pub use flags::{Cli, Command};

@@ -225,6 +225,15 @@ pub struct ServeArgs {
     /// highest version makes opaque IDs; every version listed reveals them.
     #[arg(long, env = "SNOWMINT_OPAQUE_KEY_FILE")]
     pub opaque_key_file: Option<PathBuf>,
+    /// The tenants' policy (TOML): who may call, what, and how much. With it, a caller of no
+    /// tenant is refused; without it, any caller may make any call. Read again every second
+    /// and at SIGHUP.
+    #[arg(long, env = "SNOWMINT_POLICY_FILE")]
+    pub policy_file: Option<PathBuf>,
+    /// The hashes of the tenants' bearer tokens (lines of `snowmint token new|hash`). Read
+    /// again every second and at SIGHUP.
+    #[arg(long, env = "SNOWMINT_TOKEN_FILE", requires = "policy_file")]
+    pub token_file: Option<PathBuf>,
     /// HTTP/2 streams one connection may have open at once.
     #[arg(long, env = "SNOWMINT_MAX_CONCURRENT_STREAMS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -277,7 +286,8 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The server configuration, or the one-line reason it is invalid.
-    pub fn config(&self, now_ms: i64) -> Result<ServeConfig, String> {
+    /// The server's settings; `reload` is what SIGHUP notifies, for the tenants' files.
+    pub fn config(&self, now_ms: i64, reload: &Arc<tokio::sync::Notify>) -> Result<ServeConfig, String> {
         let layout = self.layout.layout(now_ms)?;
         if self.etcd.etcd_endpoints.is_empty() {
             if let Some(&too_big) = self.worker_id.0.iter().find(|&&id| u64::from(id) > layout.max_worker()) {
@@ -406,6 +416,11 @@ impl ServeArgs {
                 create_on_use: self.create_sequences_on_use,
                 advertise_address: self.advertise_address.clone(),
             },
+            tenants: self.policy_file.clone().map(|policy| snowmint::server::TenantFiles {
+                policy,
+                tokens: self.token_file.clone(),
+                reload: reload.clone(),
+            }),
         })
     }
 
@@ -465,7 +480,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     // that lands while tokio installs the handler is lost).
     let signals = Signals::install()?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let config = args.config(clock.wall_ms())?;
+    let reload = Arc::new(tokio::sync::Notify::new());
+    let config = args.config(clock.wall_ms(), &reload)?;
+    let has_policy = config.tenants.is_some();
     let grpc = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -473,15 +490,17 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {} (admin): {e}", args.admin_listen))?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
+    tokio::spawn(cancel_on_signal(signals, shutdown.clone(), has_policy.then_some(reload)));
     snowmint::server::run(config, grpc, admin, clock, shutdown).await.map_err(|e| e.to_string())
 }
 
-/// The stop signals' handlers, installed.
+/// The signals' handlers, installed: the stop signals, and SIGHUP (read the tenants' files
+/// again).
 #[cfg(unix)]
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 #[cfg(unix)]
@@ -492,14 +511,16 @@ impl Signals {
         Ok(Signals {
             term: signal(SignalKind::terminate()).map_err(failed)?,
             int: signal(SignalKind::interrupt()).map_err(failed)?,
+            hup: signal(SignalKind::hangup()).map_err(failed)?,
         })
     }
 
-    /// The name of the first stop signal received.
-    async fn received(mut self) -> &'static str {
+    /// The name of the next signal received.
+    async fn received(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
+            _ = self.hup.recv() => "SIGHUP",
         }
     }
 }
@@ -513,15 +534,25 @@ impl Signals {
         Ok(Signals)
     }
 
-    async fn received(self) -> &'static str {
+    async fn received(&mut self) -> &'static str {
         let _ = tokio::signal::ctrl_c().await;
         "Ctrl-C"
     }
 }
 
-/// Cancels `shutdown` on SIGTERM or SIGINT.
-async fn cancel_on_signal(signals: Signals, shutdown: CancellationToken) {
-    let name = signals.received().await;
-    tracing::info!(signal = name, "shutting down");
-    shutdown.cancel();
+/// Cancels `shutdown` on SIGTERM or SIGINT; on SIGHUP, has the tenants' files read again
+/// (`reload`, with a policy) or says there is nothing to reload.
+async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken, reload: Option<Arc<tokio::sync::Notify>>) {
+    loop {
+        let name = signals.received().await;
+        if name != "SIGHUP" {
+            tracing::info!(signal = name, "shutting down");
+            shutdown.cancel();
+            return;
+        }
+        match &reload {
+            Some(reload) => reload.notify_one(),
+            None => tracing::info!("SIGHUP: nothing to reload (no --policy-file)"),
+        }
+    }
 }

@@ -28,7 +28,7 @@ use tonic::Code;
 
 use super::SERVICE_NAME;
 use super::calls::{Call, method_in};
-use super::context::CallContext;
+use super::context::{Asker, CallContext};
 use super::service::{Service, ServiceError, status_of};
 use crate::metrics::{CallMetrics, METHODS, Metrics, PROTOCOL_CONNECT};
 use crate::minter::ConnectionKey;
@@ -36,6 +36,7 @@ use crate::proto::{
     BatchIdsRequest, BatchUuidsRequest, BatchValuesRequest, DecodeRequest, NextIdRequest, NextUuidRequest,
     NextValueRequest, RevealRequest,
 };
+use crate::tenant::Refusal;
 /// The header naming the protocol's version, `1`; optional for unary calls.
 const VERSION_HEADER: &str = "connect-protocol-version";
 
@@ -97,11 +98,14 @@ pub struct ConnectError {
     /// An HTTP status other than the code's own, for a request that is not a Connect call at
     /// all (a wrong method or content type).
     http: Option<StatusCode>,
+    /// How long the caller should wait before it retries (a tenant over its quota): sent as
+    /// the error's `google.rpc.RetryInfo` detail and as `Retry-After`.
+    retry_after: Option<std::time::Duration>,
 }
 
 impl ConnectError {
     pub fn new(code: Code, message: impl Into<String>) -> ConnectError {
-        ConnectError { code, message: message.into(), http: None }
+        ConnectError { code, message: message.into(), http: None, retry_after: None }
     }
 
     fn with_http(self, http: StatusCode) -> ConnectError {
@@ -111,8 +115,12 @@ impl ConnectError {
 
 impl From<ServiceError> for ConnectError {
     fn from(error: ServiceError) -> ConnectError {
+        let retry_after = match &error {
+            ServiceError::Tenant(Refusal::OverQuota { wait, .. }) => Some(*wait),
+            _ => None,
+        };
         let status = status_of(error);
-        ConnectError::new(status.code(), status.message())
+        ConnectError { retry_after, ..ConnectError::new(status.code(), status.message()) }
     }
 }
 
@@ -234,39 +242,39 @@ impl Connect {
             let body = self.read_body(request).await?;
             // What is left of the call's time, less the margin that lets a refusal travel back
             // in time (the front door ends the call at its limit).
-            let left = || context.as_ref().map(CallContext::left_for_minter);
+            let asker = || context.as_ref().map_or_else(|| Asker::unlimited(connection), CallContext::asker);
             let message = match method {
                 "NextId" => {
                     let request: NextIdRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.next_id_within(request, connection, left()).await?)
+                    codec.encode(&self.service.next_id_within(request, asker()).await?)
                 }
                 "BatchIds" => {
                     let request: BatchIdsRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.batch_within(request, connection, left()).await?)
+                    codec.encode(&self.service.batch_within(request, asker()).await?)
                 }
                 "Decode" => {
                     let request: DecodeRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.decode_request(request).await?)
+                    codec.encode(&self.service.decode_request(request, asker()).await?)
                 }
                 "Reveal" => {
                     let request: RevealRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.reveal_request(request)?)
+                    codec.encode(&self.service.reveal_request(request, asker())?)
                 }
                 "NextUuid" => {
                     let request: NextUuidRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.next_uuid_within(request, connection, left()).await?)
+                    codec.encode(&self.service.next_uuid_within(request, asker()).await?)
                 }
                 "BatchUuids" => {
                     let request: BatchUuidsRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.batch_uuids_within(request, connection, left()).await?)
+                    codec.encode(&self.service.batch_uuids_within(request, asker()).await?)
                 }
                 "NextValue" => {
                     let request: NextValueRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.next_value_within(request, left(), false).await?)
+                    codec.encode(&self.service.next_value_within(request, asker(), false).await?)
                 }
                 "BatchValues" => {
                     let request: BatchValuesRequest = codec.decode(&body)?;
-                    codec.encode(&self.service.batch_values_within(request, left(), false).await?)
+                    codec.encode(&self.service.batch_values_within(request, asker(), false).await?)
                 }
                 _ => return Err(unimplemented()),
             };
@@ -323,11 +331,33 @@ fn check_encoding(headers: &HeaderMap) -> Result<(), ConnectError> {
 /// The Connect error response: the code's HTTP status and a JSON body.
 pub fn error_response(error: &ConnectError) -> http::Response<Bytes> {
     #[derive(Serialize)]
+    struct Detail {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        /// The detail's protobuf message, base64 without padding.
+        value: String,
+    }
+    #[derive(Serialize)]
     struct Body<'a> {
         code: &'a str,
         message: &'a str,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        details: Vec<Detail>,
     }
-    let body = serde_json::to_vec(&Body { code: code_name(error.code), message: &error.message })
+    let details = error
+        .retry_after
+        .map(|wait| {
+            use base64::Engine as _;
+            use prost::Message as _;
+            let delay = tonic_types::pb::RetryInfo { retry_delay: Some(prost_types_duration(wait)) };
+            Detail {
+                kind: "google.rpc.RetryInfo",
+                value: base64::engine::general_purpose::STANDARD_NO_PAD.encode(delay.encode_to_vec()),
+            }
+        })
+        .into_iter()
+        .collect();
+    let body = serde_json::to_vec(&Body { code: code_name(error.code), message: &error.message, details })
         .expect("an error body always serializes");
     let mut response = http::Response::new(Bytes::from(body));
     *response.status_mut() = error.http.unwrap_or_else(|| http_status(error.code));
@@ -339,7 +369,17 @@ pub fn error_response(error: &ConnectError) -> http::Response<Bytes> {
     if error.http == Some(StatusCode::UNSUPPORTED_MEDIA_TYPE) {
         headers.insert("accept-post", HeaderValue::from_static("application/json, application/proto"));
     }
+    if let Some(wait) = error.retry_after {
+        // Whole seconds, rounded up: HTTP says no finer.
+        let seconds = wait.as_millis().div_ceil(1000).max(1);
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds as u64));
+    }
     response
+}
+
+/// A wait as protobuf's `Duration`.
+fn prost_types_duration(wait: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration { seconds: wait.as_secs() as i64, nanos: wait.subsec_nanos() as i32 }
 }
 
 #[cfg(test)]

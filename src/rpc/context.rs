@@ -1,6 +1,7 @@
 //! One call's context, built once by the front door ([`super::dispatch`]) for every request
 //! whatever its protocol, and read by every path: whose share of the minter the call takes
-//! (its connection), and when its time runs out.
+//! (its connection), when its time runs out, and with a policy, which tenant it is for
+//! ([`super::gate`]).
 //!
 //! The one timeout rule: a call may take `limit`, the shorter of the caller's timeout
 //! (`grpc-timeout`, or Connect's `Connect-Timeout-Ms`) and `--request-timeout-ms`, counted
@@ -11,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::gate::Admitted;
 use crate::minter::ConnectionKey;
 
 /// What every path knows of a call.
@@ -25,6 +27,24 @@ pub struct CallContext {
     /// What was wrong with the caller's timeout header, where the protocol refuses a call
     /// for it (Connect's `Connect-Timeout-Ms`; a gRPC server ignores a bad `grpc-timeout`).
     pub bad_timeout: Option<String>,
+    /// The caller's tenant, when the server has a policy.
+    pub tenant: Option<Admitted>,
+}
+
+/// What a call of the service needs of its context: whose share of the minter it takes, the
+/// time the minter may take (`None`: no limit), and its tenant, if the server has a policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    pub connection: ConnectionKey,
+    pub timeout: Option<Duration>,
+    pub tenant: Option<&'a Admitted>,
+}
+
+impl Asker<'_> {
+    /// A call with no limit and no tenant, on `connection`.
+    pub fn unlimited(connection: ConnectionKey) -> Asker<'static> {
+        Asker { connection, timeout: None, tenant: None }
+    }
 }
 
 impl CallContext {
@@ -32,7 +52,12 @@ impl CallContext {
     /// the server `request_timeout`.
     pub fn new(connection: ConnectionKey, caller: Option<Duration>, request_timeout: Duration) -> CallContext {
         let limit = caller.map_or(request_timeout, |caller| caller.min(request_timeout));
-        CallContext { connection, arrived: Instant::now(), limit, bad_timeout: None }
+        CallContext { connection, arrived: Instant::now(), limit, bad_timeout: None, tenant: None }
+    }
+
+    /// The call as the service's calls take it, the minter's time counted from now.
+    pub fn asker(&self) -> Asker<'_> {
+        Asker { connection: self.connection, timeout: Some(self.left_for_minter()), tenant: self.tenant.as_ref() }
     }
 
     /// The time the minter may still take for the call: the rest of `limit` less the margin

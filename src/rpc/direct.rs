@@ -97,15 +97,14 @@ impl Direct {
             let message = self.message(request.into_body()).await?;
             let undecodable =
                 |e: prost::DecodeError| Status::internal(format!("failed to decode the {}Request: {e}", method.name()));
-            let within = Some(context.left_for_minter());
             let frame = match method {
                 DirectMethod::NextId => {
                     let request = NextIdRequest::decode(message).map_err(undecodable)?;
-                    framed(&self.service.next_id_within(request, context.connection, within).await.map_err(status_of)?)
+                    framed(&self.service.next_id_within(request, context.asker()).await.map_err(status_of)?)
                 }
                 DirectMethod::NextUuid => {
                     let request = NextUuidRequest::decode(message).map_err(undecodable)?;
-                    let response = self.service.next_uuid_within(request, context.connection, within).await;
+                    let response = self.service.next_uuid_within(request, context.asker()).await;
                     framed(&response.map_err(status_of)?)
                 }
             };

@@ -11,7 +11,10 @@
 //! It builds the one [`CallContext`] every path reads (the connection's key, the call's
 //! arrival and limit), and keeps the one timeout rule of [`super::context`]: a call not
 //! answered by its limit ends with `DEADLINE_EXCEEDED`, in its protocol's form, on every
-//! path, and is counted so.
+//! path, and is counted so. With a policy it asks the [`Gate`] who the caller is (its
+//! `authorization` header, its connection's client certificate) and answers a caller of no
+//! tenant `UNAUTHENTICATED` itself, in its protocol's form; gRPC's health checks pass
+//! without credentials.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -31,6 +34,7 @@ use tower_service::Service as _;
 use super::connect::{Connect, ConnectError};
 use super::context::{CallContext, parse_connect_timeout, parse_grpc_timeout};
 use super::direct::{Direct, DirectBody, DirectMethod};
+use super::gate::Gate;
 use crate::minter::ConnectionKey;
 
 /// Which path answers a request.
@@ -49,14 +53,18 @@ struct Head {
     path: Path,
     /// The caller's timeout; `Err` for a Connect timeout header that cannot be read.
     caller: Result<Option<Duration>, String>,
+    /// The `authorization` header, when there is one.
+    authorization: Option<http::HeaderValue>,
 }
 
 impl Head {
     fn of<B>(request: &Request<B>) -> Head {
         let (mut grpc, mut plain, mut compressed) = (false, false, false);
-        let (mut grpc_timeout, mut connect_timeout) = (None, None);
+        let (mut grpc_timeout, mut connect_timeout, mut authorization) = (None, None, None);
         for (name, value) in request.headers() {
-            if name == header::CONTENT_TYPE {
+            if name == header::AUTHORIZATION {
+                authorization = Some(value.clone());
+            } else if name == header::CONTENT_TYPE {
                 let bytes = value.as_bytes();
                 grpc = bytes.starts_with(b"application/grpc");
                 plain = bytes == b"application/grpc" || bytes == b"application/grpc+proto";
@@ -69,12 +77,12 @@ impl Head {
             }
         }
         if !grpc {
-            return Head { path: Path::Connect, caller: connect_timeout.transpose() };
+            return Head { path: Path::Connect, caller: connect_timeout.transpose(), authorization };
         }
         let direct = (plain && !compressed && request.version() == Version::HTTP_2 && request.method() == Method::POST)
             .then(|| DirectMethod::of_path(request.uri().path()))
             .flatten();
-        Head { path: direct.map_or(Path::Grpc, Path::Direct), caller: Ok(grpc_timeout) }
+        Head { path: direct.map_or(Path::Grpc, Path::Direct), caller: Ok(grpc_timeout), authorization }
     }
 }
 
@@ -85,6 +93,8 @@ pub struct Dispatch<C> {
     info: C,
     /// The connection's key in the minter's fair queue, read once for the connection.
     connection: ConnectionKey,
+    /// The names of the connection's client certificate (mutual TLS), read once.
+    certificate: Arc<[String]>,
     paths: Arc<Paths>,
 }
 
@@ -95,6 +105,8 @@ pub struct Paths {
     pub connect: Arc<Connect>,
     /// The longest any call may take (`--request-timeout-ms`).
     pub request_timeout: Duration,
+    /// With a policy, who may call.
+    pub gate: Option<Arc<Gate>>,
 }
 
 impl<C: Clone + Send + Sync + 'static> Dispatch<C> {
@@ -103,9 +115,16 @@ impl<C: Clone + Send + Sync + 'static> Dispatch<C> {
         let mut probe = tonic::Request::new(());
         probe.extensions_mut().insert(info.clone());
         let connection = ConnectionKey::of_peer(probe.remote_addr());
-        Dispatch { info, connection, paths }
+        let certificate = match (&paths.gate, probe.peer_certs()) {
+            (Some(_), Some(chain)) => chain.first().map_or_else(Vec::new, |leaf| super::tls::certificate_names(leaf)),
+            _ => Vec::new(),
+        };
+        Dispatch { info, connection, certificate: certificate.into(), paths }
     }
 }
+
+/// The path prefix of gRPC's health service, which answers without credentials.
+const HEALTH: &str = "/grpc.health.v1.Health/";
 
 type Answering = Pin<Box<dyn Future<Output = Result<Response<Answer>, Infallible>> + Send>>;
 
@@ -122,6 +141,24 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
         };
         let mut context = CallContext::new(self.connection, caller, self.paths.request_timeout);
         context.bad_timeout = bad_timeout;
+        if let Some(gate) = &self.paths.gate
+            && !request.uri().path().starts_with(HEALTH)
+        {
+            match gate.identify(head.authorization.as_ref(), &self.certificate) {
+                Ok(tenant) => context.tenant = Some(tenant),
+                Err(error) => {
+                    let message = error.to_string();
+                    let refused = match head.path {
+                        Path::Direct(_) | Path::Grpc => Status::new(Code::Unauthenticated, message).into_http(),
+                        Path::Connect => {
+                            super::connect::error_response(&ConnectError::new(Code::Unauthenticated, message))
+                                .map(|body| Answer::Connect(Some(body)))
+                        }
+                    };
+                    return Box::pin(async move { Ok(refused) });
+                }
+            }
+        }
         let paths = self.paths.clone();
         if !matches!(head.path, Path::Direct(_)) {
             // Where tonic's handlers and Connect read them. The direct path is handed the

@@ -60,10 +60,18 @@ impl Forwarder {
         Ok(channel)
     }
 
-    /// A call to `address`, marked forwarded, within `timeout`.
-    fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
+    /// A call to `address`, marked forwarded, within `timeout`, with the caller's
+    /// `authorization` header (the instance it goes to admits it by the same policy).
+    fn request<T>(
+        message: T,
+        timeout: Option<Duration>,
+        authorization: Option<&http::HeaderValue>,
+    ) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.metadata_mut().insert(FORWARDED, MetadataValue::from_static("1"));
+        if let Some(value) = authorization.and_then(|v| MetadataValue::try_from(v.as_bytes()).ok()) {
+            request.metadata_mut().insert("authorization", value);
+        }
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
         }
@@ -90,9 +98,10 @@ impl Forwarder {
         address: &str,
         request: NextValueRequest,
         timeout: Option<Duration>,
+        authorization: Option<&http::HeaderValue>,
     ) -> Result<NextValueResponse, Status> {
         let mut client = IdServiceClient::new(self.channel(address)?);
-        Self::answer(address, client.next_value(Self::request(request, timeout)).await)
+        Self::answer(address, client.next_value(Self::request(request, timeout, authorization)).await)
     }
 
     pub async fn batch_values(
@@ -100,8 +109,9 @@ impl Forwarder {
         address: &str,
         request: BatchValuesRequest,
         timeout: Option<Duration>,
+        authorization: Option<&http::HeaderValue>,
     ) -> Result<BatchValuesResponse, Status> {
         let mut client = IdServiceClient::new(self.channel(address)?);
-        Self::answer(address, client.batch_values(Self::request(request, timeout)).await)
+        Self::answer(address, client.batch_values(Self::request(request, timeout, authorization)).await)
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! - [`transport`]: the port's HTTP server (hyper), connection by connection;
 //! - [`connections`]: the caps on connections, and their handshake bound; [`tls`]: TLS;
-//! - [`dispatch`]: the front door; [`context`]: a call's connection, limit and end;
+//! - [`dispatch`]: the front door; [`context`]: a call's connection, limit, end and tenant;
+//! - [`gate`]: with a policy, who a caller is and whether each call goes through;
 //! - [`direct`]: a plain gRPC `NextId`, without tonic's machinery;
 //! - [`connect`]: the Connect protocol (JSON over HTTP/1.1 and HTTP/2);
 //! - [`service`]: the calls themselves, and the one mapping of errors to status codes;
@@ -22,6 +23,7 @@ pub mod context;
 pub mod direct;
 pub mod dispatch;
 pub mod forward;
+pub mod gate;
 pub mod service;
 pub mod tls;
 pub mod transport;

@@ -10,13 +10,12 @@
 //! [`super::calls`], so that calls no handler sees are counted too.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use prometheus::IntCounter;
 use rand::Rng as _;
 use tonic::{Request, Response, Status};
 
-use super::context::CallContext;
+use super::context::{Asker, CallContext};
 use super::forward::{FORWARDED, Forwarder};
 use crate::history::{self, Book, Entry, HistoryError};
 use crate::layout::{Layout, LayoutError, Slot, rfc3339_ms};
@@ -30,6 +29,7 @@ use crate::proto::{
     DecodeRequest, DecodeResponse, NextIdRequest, NextIdResponse, NextUuidRequest, NextUuidResponse, NextValueRequest,
     NextValueResponse, Provenance, RevealRequest, RevealResponse,
 };
+use crate::tenant::{Need, Refusal};
 use crate::uuid7::{self, UuidError};
 
 /// Errors of the service layer.
@@ -68,6 +68,9 @@ pub enum ServiceError {
     /// The answer of the instance an ordered sequence's call was forwarded to, as it came.
     #[error("{}", .0.message())]
     Forwarded(Status),
+    /// The caller's tenant may not make this call, or not now.
+    #[error(transparent)]
+    Tenant(#[from] Refusal),
 }
 
 /// The one mapping from snowmint's errors to gRPC status.
@@ -88,6 +91,20 @@ pub fn status_of(error: ServiceError) -> Status {
         // The history could not be read now: ask again.
         ServiceError::History(_) => Status::unavailable(error.to_string()),
         ServiceError::Forwarded(status) => status.clone(),
+        ServiceError::Tenant(refusal) => match refusal {
+            Refusal::Denied { .. } => Status::permission_denied(error.to_string()),
+            // Never served as asked: a smaller call is.
+            Refusal::OverMaxBatch { .. } | Refusal::OverBurst { .. } => Status::invalid_argument(error.to_string()),
+            // Served after the wait, which the answer carries as `google.rpc.RetryInfo`.
+            Refusal::OverQuota { wait, .. } => {
+                let details = tonic_types::ErrorDetails::with_retry_info(Some(*wait));
+                <Status as tonic_types::StatusExt>::with_error_details(
+                    tonic::Code::ResourceExhausted,
+                    error.to_string(),
+                    details,
+                )
+            }
+        },
         ServiceError::Sequence(sequence) => match sequence {
             SequenceCallError::Name(_) => Status::invalid_argument(error.to_string()),
             SequenceCallError::NotFound(_) => Status::not_found(error.to_string()),
@@ -113,18 +130,18 @@ fn forwarded<T>(request: &Request<T>) -> bool {
     request.metadata().contains_key(FORWARDED)
 }
 
-/// The time the minter may take for a gRPC call, from the front door's [`CallContext`] (in
-/// the request's extensions).
-fn timeout_of<T>(request: &Request<T>) -> Option<Duration> {
-    request.extensions().get::<CallContext>().map(CallContext::left_for_minter)
+/// A gRPC call's message, the front door's [`CallContext`] (in its extensions), and whether
+/// another instance forwarded it here.
+fn parts<T>(request: Request<T>) -> (T, Option<CallContext>, bool) {
+    let forwarded = forwarded(&request);
+    let (_, mut extensions, message) = request.into_parts();
+    (message, extensions.remove::<CallContext>(), forwarded)
 }
 
-/// Whose share of the minter a gRPC call takes: its connection, from its [`CallContext`].
-fn connection_of<T>(request: &Request<T>) -> ConnectionKey {
-    request
-        .extensions()
-        .get::<CallContext>()
-        .map_or_else(|| ConnectionKey::of_peer(request.remote_addr()), |context| context.connection)
+/// A call as the service's calls take it: from its context, or without one (a call that did
+/// not come through the front door) on a shared share, with no limit.
+fn asker(context: &Option<CallContext>) -> Asker<'_> {
+    context.as_ref().map_or_else(|| Asker::unlimited(ConnectionKey::of_peer(None)), CallContext::asker)
 }
 
 /// How many opaque IDs of a batch are encoded between two yields to the runtime: a batch of
@@ -195,17 +212,26 @@ impl Service {
         self.opaque.as_deref().ok_or(ServiceError::NoOpaqueKeys)
     }
 
+    /// Lets the call through its tenant's policy ([`super::gate`]), if the server has one:
+    /// it needs `needs` and takes `count`. Checked before anything is minted or taken.
+    fn admit(asker: Asker<'_>, needs: &[Need<'_>], count: u64) -> Result<(), ServiceError> {
+        match asker.tenant {
+            Some(tenant) => Ok(tenant.admit(needs, count)?),
+            None => Ok(()),
+        }
+    }
+
     /// `NextId`: one ID, or with `opaque` its opaque form, answered within `timeout` if one is
     /// given.
     pub async fn next_id_within(
         &self,
         request: NextIdRequest,
-        connection: ConnectionKey,
-        timeout: Option<Duration>,
+        asker: Asker<'_>,
     ) -> Result<NextIdResponse, ServiceError> {
         // Checked before minting: an ID minted for a call that then fails is a gap for nothing.
         let keys = if request.opaque { Some(self.keys()?) } else { None };
-        let id = self.minter.next_id(connection, timeout).await?;
+        Self::admit(asker, &[Need::Ids], 1)?;
+        let id = self.minter.next_id(asker.connection, asker.timeout).await?;
         let Some(keys) = keys else { return Ok(NextIdResponse { id, ..Default::default() }) };
         let opaque = keys.encode(id)?;
         self.encoded.inc();
@@ -217,13 +243,13 @@ impl Service {
     pub async fn batch_within(
         &self,
         request: BatchIdsRequest,
-        connection: ConnectionKey,
-        timeout: Option<Duration>,
+        asker: Asker<'_>,
     ) -> Result<BatchIdsResponse, ServiceError> {
         let count = self.batch_count(request.count)?;
         let keys = if request.opaque { Some(self.keys()?) } else { None };
+        Self::admit(asker, &[Need::Ids], count as u64)?;
         self.metrics.batch_size.observe(count as f64);
-        let mut ids = self.minter.batch(count, connection, timeout).await?;
+        let mut ids = self.minter.batch(count, asker.connection, asker.timeout).await?;
         let Some(keys) = keys else { return Ok(BatchIdsResponse { ids, ..Default::default() }) };
         // One key for the whole batch, so that the one `key_version` of the answer is every
         // value's.
@@ -247,11 +273,11 @@ impl Service {
     pub async fn next_uuid_within(
         &self,
         _request: NextUuidRequest,
-        connection: ConnectionKey,
-        timeout: Option<Duration>,
+        asker: Asker<'_>,
     ) -> Result<NextUuidResponse, ServiceError> {
         self.can_make_uuids()?;
-        let id = self.minter.next_id(connection, timeout).await?;
+        Self::admit(asker, &[Need::Uuids], 1)?;
+        let id = self.minter.next_id(asker.connection, asker.timeout).await?;
         let uuid = uuid7::from_id(&self.layout, id, rand::rng().next_u32());
         Ok(NextUuidResponse { uuid: uuid.to_vec(), text: uuid7::to_text(uuid) })
     }
@@ -261,13 +287,13 @@ impl Service {
     pub async fn batch_uuids_within(
         &self,
         request: BatchUuidsRequest,
-        connection: ConnectionKey,
-        timeout: Option<Duration>,
+        asker: Asker<'_>,
     ) -> Result<BatchUuidsResponse, ServiceError> {
         let count = self.batch_count(request.count)?;
         self.can_make_uuids()?;
+        Self::admit(asker, &[Need::Uuids], count as u64)?;
         self.metrics.batch_size.observe(count as f64);
-        let ids = self.minter.batch(count, connection, timeout).await?;
+        let ids = self.minter.batch(count, asker.connection, asker.timeout).await?;
         let (mut uuids, mut texts) = (Vec::with_capacity(count), Vec::with_capacity(count));
         for ids in ids.chunks(UUID_CHUNK) {
             // The random tails come from the thread's CSPRNG (seeded from the system's
@@ -294,15 +320,18 @@ impl Service {
     pub async fn next_value_within(
         &self,
         request: NextValueRequest,
-        timeout: Option<Duration>,
+        asker: Asker<'_>,
         forwarded: bool,
     ) -> Result<NextValueResponse, ServiceError> {
+        Self::admit(asker, &[Need::Sequence(&request.sequence)], 1)?;
+        let timeout = asker.timeout;
         let taken = match self.sequences.handle.take(&request.sequence, 1, timeout).await {
             Err(SequenceCallError::HeldElsewhere { address, .. }) if !forwarded => {
+                let authorization = asker.tenant.and_then(|t| t.authorization());
                 return self
                     .sequences
                     .forwarder
-                    .next_value(&address, request, timeout)
+                    .next_value(&address, request, timeout, authorization)
                     .await
                     .map_err(ServiceError::Forwarded);
             }
@@ -317,17 +346,20 @@ impl Service {
     pub async fn batch_values_within(
         &self,
         request: BatchValuesRequest,
-        timeout: Option<Duration>,
+        asker: Asker<'_>,
         forwarded: bool,
     ) -> Result<BatchValuesResponse, ServiceError> {
         let count = self.batch_count(request.count)?;
+        Self::admit(asker, &[Need::Sequence(&request.sequence)], count as u64)?;
         self.metrics.batch_size.observe(count as f64);
+        let timeout = asker.timeout;
         let taken = match self.sequences.handle.take(&request.sequence, count as u64, timeout).await {
             Err(SequenceCallError::HeldElsewhere { address, .. }) if !forwarded => {
+                let authorization = asker.tenant.and_then(|t| t.authorization());
                 return self
                     .sequences
                     .forwarder
-                    .batch_values(&address, request, timeout)
+                    .batch_values(&address, request, timeout, authorization)
                     .await
                     .map_err(ServiceError::Forwarded);
             }
@@ -342,8 +374,20 @@ impl Service {
     /// (`text`, or `id` with `opaque` and `key_version`) is revealed first, and a UUID
     /// (`uuid` or `uuid_text`) read back into the ID it was made from. With `provenance`, the
     /// slot history's record of the holder that minted it.
-    pub async fn decode_request(&self, request: DecodeRequest) -> Result<DecodeResponse, ServiceError> {
+    pub async fn decode_request(
+        &self,
+        request: DecodeRequest,
+        asker: Asker<'_>,
+    ) -> Result<DecodeResponse, ServiceError> {
         let DecodeRequest { id, layout, provenance, text, opaque, key_version, uuid, uuid_text } = request;
+        let reveals = opaque || !text.is_empty();
+        let needs: &[Need<'_>] = match (provenance, reveals) {
+            (false, false) => &[Need::Decode],
+            (true, false) => &[Need::Decode, Need::Provenance],
+            (false, true) => &[Need::Decode, Need::Reveal],
+            (true, true) => &[Need::Decode, Need::Reveal, Need::Provenance],
+        };
+        Self::admit(asker, needs, 0)?;
         let own = matches!(layout.as_str(), "" | "snowmint");
         let named;
         let layout_used = if own {
@@ -386,7 +430,8 @@ impl Service {
     }
 
     /// `Reveal`: the ID beneath an opaque one, given as `text`, or as `id` and `key_version`.
-    pub fn reveal_request(&self, request: RevealRequest) -> Result<RevealResponse, ServiceError> {
+    pub fn reveal_request(&self, request: RevealRequest, asker: Asker<'_>) -> Result<RevealResponse, ServiceError> {
+        Self::admit(asker, &[Need::Reveal], 0)?;
         let RevealRequest { id, key_version, text } = request;
         let opaque = opaque_of(id, key_version, &text)?;
         Ok(RevealResponse { id: self.reveal(opaque)?, key_version: opaque.key_version })
@@ -496,44 +541,46 @@ pub fn decode(id: u64, layout: &Layout) -> Result<DecodeResponse, ServiceError> 
 #[tonic::async_trait]
 impl IdService for Service {
     async fn next_id(&self, request: Request<NextIdRequest>) -> Result<Response<NextIdResponse>, Status> {
-        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
-        respond(self.next_id_within(request.into_inner(), connection, timeout).await)
+        let (message, context, _) = parts(request);
+        respond(self.next_id_within(message, asker(&context)).await)
     }
 
     async fn batch_ids(&self, request: Request<BatchIdsRequest>) -> Result<Response<BatchIdsResponse>, Status> {
-        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
-        respond(self.batch_within(request.into_inner(), connection, timeout).await)
+        let (message, context, _) = parts(request);
+        respond(self.batch_within(message, asker(&context)).await)
     }
 
     async fn decode(&self, request: Request<DecodeRequest>) -> Result<Response<DecodeResponse>, Status> {
-        respond(self.decode_request(request.into_inner()).await)
+        let (message, context, _) = parts(request);
+        respond(self.decode_request(message, asker(&context)).await)
     }
 
     async fn reveal(&self, request: Request<RevealRequest>) -> Result<Response<RevealResponse>, Status> {
-        respond(self.reveal_request(request.into_inner()))
+        let (message, context, _) = parts(request);
+        respond(self.reveal_request(message, asker(&context)))
     }
 
     async fn next_uuid(&self, request: Request<NextUuidRequest>) -> Result<Response<NextUuidResponse>, Status> {
-        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
-        respond(self.next_uuid_within(request.into_inner(), connection, timeout).await)
+        let (message, context, _) = parts(request);
+        respond(self.next_uuid_within(message, asker(&context)).await)
     }
 
     async fn batch_uuids(&self, request: Request<BatchUuidsRequest>) -> Result<Response<BatchUuidsResponse>, Status> {
-        let (timeout, connection) = (timeout_of(&request), connection_of(&request));
-        respond(self.batch_uuids_within(request.into_inner(), connection, timeout).await)
+        let (message, context, _) = parts(request);
+        respond(self.batch_uuids_within(message, asker(&context)).await)
     }
 
     async fn next_value(&self, request: Request<NextValueRequest>) -> Result<Response<NextValueResponse>, Status> {
-        let (timeout, forwarded) = (timeout_of(&request), forwarded(&request));
-        respond(self.next_value_within(request.into_inner(), timeout, forwarded).await)
+        let (message, context, forwarded) = parts(request);
+        respond(self.next_value_within(message, asker(&context), forwarded).await)
     }
 
     async fn batch_values(
         &self,
         request: Request<BatchValuesRequest>,
     ) -> Result<Response<BatchValuesResponse>, Status> {
-        let (timeout, forwarded) = (timeout_of(&request), forwarded(&request));
-        respond(self.batch_values_within(request.into_inner(), timeout, forwarded).await)
+        let (message, context, forwarded) = parts(request);
+        respond(self.batch_values_within(message, asker(&context), forwarded).await)
     }
 }
 

@@ -109,3 +109,47 @@ where
     });
     ReceiverStream::new(rx)
 }
+
+/// The names a client certificate (DER) goes by, as a policy names them: its subject's common
+/// names (`CN=…`), and its DNS and URI subject alternative names (`DNS:…`, `URI:…`). None for
+/// a certificate that cannot be read (the handshake checked it already).
+pub fn certificate_names(der: &[u8]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, certificate)) = x509_parser::parse_x509_certificate(der) else { return Vec::new() };
+    let mut names: Vec<String> = certificate
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok())
+        .map(|cn| format!("CN={cn}"))
+        .collect();
+    if let Ok(Some(san)) = certificate.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::DNSName(dns) => names.push(format!("DNS:{dns}")),
+                GeneralName::URI(uri) => names.push(format!("URI:{uri}")),
+                _ => {}
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_goes_by_its_common_name_and_its_dns_and_uri_names() {
+        let mut params = rcgen::CertificateParams::new(vec!["billing.svc".to_string()]).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "billing");
+        params.subject_alt_names.push(rcgen::SanType::URI("spiffe://corp/billing".try_into().unwrap()));
+        params.subject_alt_names.push(rcgen::SanType::IpAddress([127, 0, 0, 1].into()));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        assert_eq!(
+            certificate_names(certificate.der()),
+            vec!["CN=billing", "DNS:billing.svc", "URI:spiffe://corp/billing"]
+        );
+        assert!(certificate_names(b"not a certificate").is_empty());
+    }
+}

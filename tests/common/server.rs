@@ -328,6 +328,7 @@ fn config(state_dir: &Path) -> ServeConfig {
         limits: snowmint::server::Limits::default(),
         opaque: None,
         sequences: snowmint::server::SequencesSettings::default(),
+        tenants: None,
     }
 }
 
