@@ -371,3 +371,80 @@ fn the_token_command_makes_tokens_and_their_lines() {
     assert_ne!(code, 0);
     assert!(err.contains("token name"), "{err}");
 }
+
+/// IDs each of `callers` got from `addr` in `run`: each caller (a token, and how many
+/// connections it spreads its calls over) keeps 8 `BatchIds(65536)` in flight per connection,
+/// each with a 10 s deadline.
+async fn saturate(addr: std::net::SocketAddr, callers: &[(&str, usize)], run: Duration) -> Vec<u64> {
+    let until = Instant::now() + run;
+    let mut tasks = Vec::new();
+    for (index, &(token, connections)) in callers.iter().enumerate() {
+        for _ in 0..connections {
+            // A channel of its own: a connection of its own.
+            let client = common::client(addr).await;
+            for _ in 0..8 {
+                let (mut client, token) = (client.clone(), token.to_string());
+                tasks.push(tokio::spawn(async move {
+                    let mut got = 0u64;
+                    while Instant::now() < until {
+                        let mut request = with_token(BatchIdsRequest { count: 65_536, ..Default::default() }, &token);
+                        request.set_timeout(Duration::from_secs(10));
+                        match client.batch_ids(request).await {
+                            // Only what came within the run: the calls still queued at its
+                            // end (many more of a caller with more in flight) are not shares.
+                            Ok(answer) if Instant::now() < until => got += answer.into_inner().ids.len() as u64,
+                            Ok(_) => {}
+                            // Refused on arrival when the minter could not answer in time:
+                            // retriable, and asked again.
+                            Err(status) => assert!(
+                                matches!(status.code(), Code::ResourceExhausted | Code::Unavailable),
+                                "{status:?}"
+                            ),
+                        }
+                    }
+                    (index, got)
+                }));
+            }
+        }
+    }
+    let mut got = vec![0u64; callers.len()];
+    for task in tasks {
+        let (index, ids) = common::join_within(task, run + Duration::from_secs(30), "a saturating caller").await;
+        got[index] += ids;
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_instance_is_shared_by_tenant_weight_not_by_connections() {
+    let (light, heavy, many) = (token::new_token(), token::new_token(), token::new_token());
+    let builder = ServerBuilder::new();
+    let policy = r#"
+[tenant.light]
+tokens = ["light-1"]
+allow = ["ids"]
+[tenant.heavy]
+tokens = ["heavy-1"]
+allow = ["ids"]
+weight = 3
+[tenant.many]
+tokens = ["many-1"]
+allow = ["ids"]
+"#;
+    let (policy, file) =
+        write_files(builder.dir(), policy, &[("light-1", &light), ("heavy-1", &heavy), ("many-1", &many)]);
+    let server = builder
+        .args(["--policy-file", policy.to_str().unwrap(), "--token-file", file.to_str().unwrap()])
+        // Every call admitted (none refused on arrival for want of time: a queue of 10 s), so
+        // that the queue's turns alone decide the shares.
+        .args(["--max-batch", "65536", "--max-outstanding-ids", "100000000", "--max-wait-ms", "10000"])
+        .spawn();
+    let got = saturate(server.grpc, &[(&light, 1), (&heavy, 1)], Duration::from_secs(3)).await;
+    let ratio = got[1] as f64 / got[0] as f64;
+    eprintln!("weights 1 and 3: {got:?}, {ratio:.2}");
+    assert!((2.4..=3.6).contains(&ratio), "weights 1 and 3 got {got:?}: {ratio:.2}");
+    let got = saturate(server.grpc, &[(&many, 8), (&light, 1)], Duration::from_secs(3)).await;
+    let ratio = got[0] as f64 / got[1] as f64;
+    eprintln!("8 connections and 1 at equal weights: {got:?}, {ratio:.2}");
+    assert!((0.7..=1.4).contains(&ratio), "8 connections and 1 got {got:?}: {ratio:.2}");
+}

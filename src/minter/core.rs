@@ -12,8 +12,12 @@
 //! them out until they run out. Served strictly in arrival order, one caller with 16 batches
 //! of 65,536 queued takes every ID of the next 256 ticks, and a `NextId` behind them waits a
 //! quarter of a second. So the queue ([`super::fair`]) is **deficit round robin across
-//! connections, first come first served within one**:
+//! tenants, then across each tenant's connections, first come first served within one**:
 //!
+//! - Each tenant ([`Share`]: of the server's policy; every call of a server without one is
+//!   of one tenant) with requests waiting takes turns of its weight times the quantum, spent
+//!   on its connections in turn as below: a tenant's many connections together get what
+//!   another's one gets at the same weight.
 //! - Each connection (the peer address of the gRPC call, [`ConnectionKey`]) with requests
 //!   waiting takes turns; a turn may take up to a quantum of IDs (`--fair-quantum`, 256 by
 //!   default), spent on the connection's requests in arrival order, the last one partly.
@@ -103,7 +107,7 @@ use std::time::Duration;
 
 use super::error::{MintError, Readiness};
 use super::event::{ArrivalRefusal, ClockBackAction, Event, Method, Tally};
-pub use super::fair::ConnectionKey;
+pub use super::fair::{ConnectionKey, Share};
 use super::fair::{FairQueue, Round, Turn};
 use crate::generator::{Blocked, Generator, RefuseReason, WaitReason, Window};
 use crate::grant::{Grant, Holding, Minted};
@@ -137,6 +141,8 @@ pub struct Pending<R> {
     ask: Ask,
     /// Whose turn it waits for.
     connection: ConnectionKey,
+    /// Its tenant's share, beside its connection's.
+    share: Share,
     /// Boot-time instant at which it was asked for, to measure its wait.
     asked: Duration,
     /// Boot-time instant by which it must be answered.
@@ -158,11 +164,20 @@ impl<R> Pending<R> {
             Ask::Many(n) => Vec::with_capacity(n),
             Ask::One => Vec::new(),
         };
-        Pending { ask, connection, asked, deadline, filled, one: None, generation: 0, reply }
+        Pending { ask, connection, share: Share::NONE, asked, deadline, filled, one: None, generation: 0, reply }
     }
 
     pub fn connection(&self) -> ConnectionKey {
         self.connection
+    }
+
+    /// The request as its tenant's, sharing a busy minter by `share`.
+    pub fn with_share(self, share: Share) -> Pending<R> {
+        Pending { share, ..self }
+    }
+
+    pub fn share(&self) -> Share {
+        self.share
     }
 
     /// Whether it holds every ID it asked for.
@@ -1409,6 +1424,56 @@ mod tests {
         for share in [big, small] {
             assert!(share.abs_diff(total / 2) <= 65_536, "shares {big} and {small} of {total}");
         }
+    }
+
+    /// Connections of tenants saturating the minter with `BatchIds(4096)`, each keeping 8 in
+    /// flight, for `ticks` ticks: the IDs each connection got. `connections` are (connection,
+    /// tenant, weight).
+    fn saturate(connections: &[(u64, u64, u32)], ticks: u64) -> Vec<usize> {
+        let log = Tagged::default();
+        let mut core = tagged_core(FAIR_QUANTUM);
+        let held = long_holding();
+        let share = |connection: u64| {
+            let &(_, tenant, weight) = connections.iter().find(|c| c.0 == connection).unwrap();
+            Share { tenant, weight }
+        };
+        for &(connection, ..) in connections {
+            for _ in 0..8 {
+                core.push(from(connection, Ask::Many(4_096), &log).with_share(share(connection)));
+            }
+        }
+        for tick in 0..ticks {
+            let before = log.0.borrow().len();
+            core.pass(reading(EPOCH + 100 + tick as i64, 100 + tick), &held);
+            let replies: Vec<u64> = log.0.borrow()[before..].iter().map(|(c, _)| *c).collect();
+            for connection in replies {
+                core.push(from(connection, Ask::Many(4_096), &log).with_share(share(connection)));
+            }
+        }
+        connections.iter().map(|&(connection, ..)| answered(&log, connection)).collect()
+    }
+
+    #[test]
+    fn tenants_share_a_saturated_minter_by_weight() {
+        let got = saturate(&[(1, 10, 1), (2, 20, 3)], 512);
+        let ratio = got[1] as f64 / got[0] as f64;
+        assert!((2.8..=3.2).contains(&ratio), "weights 1 and 3 got {got:?}: {ratio:.2}");
+        // Without tenants (every call of one), the two connections share equally, as before.
+        let got = saturate(&[(1, 0, 1), (2, 0, 1)], 512);
+        assert!(got[0].abs_diff(got[1]) <= 4_096, "{got:?}");
+    }
+
+    #[test]
+    fn a_tenants_many_connections_get_what_anothers_one_gets() {
+        let mut connections: Vec<(u64, u64, u32)> = (1..=8).map(|c| (c, 10, 1)).collect();
+        connections.push((9, 20, 1));
+        let got = saturate(&connections, 512);
+        let many: usize = got[..8].iter().sum();
+        let ratio = many as f64 / got[8] as f64;
+        assert!((0.9..=1.1).contains(&ratio), "8 connections got {many}, 1 got {}: {ratio:.2}", got[8]);
+        // Within the tenant, its connections share equally.
+        let (least, most) = (got[..8].iter().min().unwrap(), got[..8].iter().max().unwrap());
+        assert!(most - least <= 2 * 4_096, "{got:?}");
     }
 
     #[test]

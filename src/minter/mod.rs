@@ -1,7 +1,7 @@
 //! The minter: the one task that owns the generator and answers every request.
 //!
 //! [`core`] holds the decisions with no I/O (the queue, the generator, the holding from the
-//! keeper, readiness); [`fair`] is its queue, which shares each tick's IDs among the
+//! keeper, readiness); [`fair`] is its queue, which shares each tick's IDs among the tenants (by weight) and
 //! connections waiting (the tokio task around it, and the handle callers use, are the node's:
 //! [`crate::node::minter_task`]);
 //! [`error`] says why minting refused; [`event`] is what the core tells the world (changes of
@@ -23,4 +23,4 @@ pub mod fair;
 pub use core::{Ask, FAIR_QUANTUM, Ids, MinterConfig, MinterCore, Next, Pending, Reading, Responder};
 pub use error::{MintError, Readiness};
 pub use event::{Event, NoTally, Tally};
-pub use fair::ConnectionKey;
+pub use fair::{ConnectionKey, Share};

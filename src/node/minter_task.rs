@@ -25,7 +25,7 @@ use crate::grant::{Holding, Minted, Progress};
 use crate::layout::LayoutError;
 use crate::metrics::Metrics;
 use crate::minter::{
-    Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Readiness, Reading, Responder,
+    Ask, ConnectionKey, Ids, MintError, MinterConfig, MinterCore, Next, Pending, Readiness, Reading, Responder, Share,
 };
 
 type Reply = oneshot::Sender<Result<Ids, MintError>>;
@@ -68,23 +68,30 @@ impl Drop for Outstanding<'_> {
 }
 
 impl MintHandle {
-    /// One ID for a caller on `connection` (whose requests share in turn with other
-    /// connections'), waiting at most `timeout` (capped by the configured maximum wait).
-    pub async fn next_id(&self, connection: ConnectionKey, timeout: Option<Duration>) -> Result<u64, MintError> {
-        match self.ask(Ask::One, connection, timeout).await? {
+    /// One ID for a caller on `connection` of the tenant of `share` (whose requests share in
+    /// turn with other tenants' by weight, and with the tenant's other connections), waiting
+    /// at most `timeout` (capped by the configured maximum wait).
+    pub async fn next_id(
+        &self,
+        connection: ConnectionKey,
+        share: Share,
+        timeout: Option<Duration>,
+    ) -> Result<u64, MintError> {
+        match self.ask(Ask::One, connection, share, timeout).await? {
             Ids::One(id) => Ok(id),
             Ids::Many(mut ids) => ids.pop().ok_or(MintError::ShuttingDown),
         }
     }
 
-    /// `count` strictly increasing IDs, for a caller on `connection`.
+    /// `count` strictly increasing IDs, for a caller on `connection` of the tenant of `share`.
     pub async fn batch(
         &self,
         count: usize,
         connection: ConnectionKey,
+        share: Share,
         timeout: Option<Duration>,
     ) -> Result<Vec<u64>, MintError> {
-        match self.ask(Ask::Many(count), connection, timeout).await? {
+        match self.ask(Ask::Many(count), connection, share, timeout).await? {
             Ids::Many(ids) => Ok(ids),
             Ids::One(id) => Ok(vec![id]),
         }
@@ -96,7 +103,13 @@ impl MintHandle {
         self.sleepers.load(Ordering::Relaxed)
     }
 
-    async fn ask(&self, ask: Ask, connection: ConnectionKey, timeout: Option<Duration>) -> Result<Ids, MintError> {
+    async fn ask(
+        &self,
+        ask: Ask,
+        connection: ConnectionKey,
+        share: Share,
+        timeout: Option<Duration>,
+    ) -> Result<Ids, MintError> {
         let ids = match ask {
             Ask::One => 1,
             Ask::Many(n) => n,
@@ -109,7 +122,7 @@ impl MintHandle {
         let wait = timeout.map_or(self.max_wait, |t| t.min(self.max_wait));
         let asked = self.clock.boot_time();
         let (reply, rx) = oneshot::channel();
-        let request = Pending::new(ask, connection, asked, asked + wait, reply);
+        let request = Pending::new(ask, connection, asked, asked + wait, reply).with_share(share);
         self.hand_over(request, wait).await?;
         rx.await.map_err(|_| MintError::ShuttingDown)?
     }
@@ -410,7 +423,7 @@ mod tests {
         (0..count)
             .map(|connection| {
                 let handle = handle.clone();
-                tokio::spawn(async move { handle.batch(65_536, ConnectionKey(connection), None).await })
+                tokio::spawn(async move { handle.batch(65_536, ConnectionKey(connection), Share::NONE, None).await })
             })
             .collect()
     }
@@ -441,7 +454,7 @@ mod tests {
         let waiting = batches(&handle, 4);
         let mut singles = 0u64;
         while !waiting.iter().all(|b| b.is_finished()) && started.elapsed() < Duration::from_secs(5) {
-            handle.next_id(ConnectionKey(99), None).await.unwrap();
+            handle.next_id(ConnectionKey(99), Share::NONE, None).await.unwrap();
             singles += 1;
         }
         for batch in waiting {

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use super::gate::Admitted;
-use crate::minter::ConnectionKey;
+use crate::minter::{ConnectionKey, Share};
 
 /// What every path knows of a call.
 #[derive(Debug, Clone)]
@@ -44,6 +44,11 @@ impl Asker<'_> {
     /// A call with no limit and no tenant, on `connection`.
     pub fn unlimited(connection: ConnectionKey) -> Asker<'static> {
         Asker { connection, timeout: None, tenant: None }
+    }
+
+    /// Its tenant's share of a busy minter; without a policy, every call's is one.
+    pub fn share(&self) -> Share {
+        self.tenant.map_or(Share::NONE, |tenant| tenant.share())
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::Instant;
 use http::HeaderValue;
 
 use crate::metrics::{Metrics, TENANT_REFUSALS};
+use crate::minter::Share;
 use crate::tenant::{AuthError, Bucket, Credentials, Need, Refusal, Rules, Short, Tenant, bearer};
 
 /// The gate of a server with a policy.
@@ -121,6 +122,17 @@ impl std::fmt::Debug for Admitted {
 impl Admitted {
     pub fn tenant(&self) -> &Tenant {
         &self.rules.policy().tenants()[self.tenant]
+    }
+
+    /// The tenant's share of a busy minter: its name, hashed (the same across reloads), and
+    /// its weight.
+    pub fn share(&self) -> Share {
+        use std::hash::{Hash, Hasher};
+        let tenant = self.tenant();
+        let mut hasher = std::hash::DefaultHasher::new();
+        tenant.name.hash(&mut hasher);
+        // Never 0, the share of calls without a policy.
+        Share { tenant: hasher.finish() | 1, weight: tenant.weight }
     }
 
     /// The `authorization` header the caller sent, if it was known by a token: an ordered

@@ -231,7 +231,7 @@ impl Service {
         // Checked before minting: an ID minted for a call that then fails is a gap for nothing.
         let keys = if request.opaque { Some(self.keys()?) } else { None };
         Self::admit(asker, &[Need::Ids], 1)?;
-        let id = self.minter.next_id(asker.connection, asker.timeout).await?;
+        let id = self.minter.next_id(asker.connection, asker.share(), asker.timeout).await?;
         let Some(keys) = keys else { return Ok(NextIdResponse { id, ..Default::default() }) };
         let opaque = keys.encode(id)?;
         self.encoded.inc();
@@ -249,7 +249,7 @@ impl Service {
         let keys = if request.opaque { Some(self.keys()?) } else { None };
         Self::admit(asker, &[Need::Ids], count as u64)?;
         self.metrics.batch_size.observe(count as f64);
-        let mut ids = self.minter.batch(count, asker.connection, asker.timeout).await?;
+        let mut ids = self.minter.batch(count, asker.connection, asker.share(), asker.timeout).await?;
         let Some(keys) = keys else { return Ok(BatchIdsResponse { ids, ..Default::default() }) };
         // One key for the whole batch, so that the one `key_version` of the answer is every
         // value's.
@@ -277,7 +277,7 @@ impl Service {
     ) -> Result<NextUuidResponse, ServiceError> {
         self.can_make_uuids()?;
         Self::admit(asker, &[Need::Uuids], 1)?;
-        let id = self.minter.next_id(asker.connection, asker.timeout).await?;
+        let id = self.minter.next_id(asker.connection, asker.share(), asker.timeout).await?;
         let uuid = uuid7::from_id(&self.layout, id, rand::rng().next_u32());
         Ok(NextUuidResponse { uuid: uuid.to_vec(), text: uuid7::to_text(uuid) })
     }
@@ -293,7 +293,7 @@ impl Service {
         self.can_make_uuids()?;
         Self::admit(asker, &[Need::Uuids], count as u64)?;
         self.metrics.batch_size.observe(count as f64);
-        let ids = self.minter.batch(count, asker.connection, asker.timeout).await?;
+        let ids = self.minter.batch(count, asker.connection, asker.share(), asker.timeout).await?;
         let (mut uuids, mut texts) = (Vec::with_capacity(count), Vec::with_capacity(count));
         for ids in ids.chunks(UUID_CHUNK) {
             // The random tails come from the thread's CSPRNG (seeded from the system's
