@@ -351,7 +351,8 @@ fn flags_in_help(help: &str) -> Vec<(String, Option<String>)> {
             flags.push((long.to_string(), None));
         }
         if let Some((_, env)) = line.split_once("[env: ") {
-            let name = env.split('=').next().unwrap().to_string();
+            // `[env: NAME=value]`, or `[env: NAME]` for a flag whose value help hides.
+            let name = env.split(['=', ']']).next().unwrap().to_string();
             flags.last_mut().expect("an [env: ...] follows its flag").1 = Some(name);
         }
     }

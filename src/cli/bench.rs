@@ -80,6 +80,10 @@ pub struct BenchArgs {
     /// Each call's deadline, sent as its `grpc-timeout` (default: none).
     #[arg(long)]
     pub deadline_ms: Option<u64>,
+    /// A bearer token sent with every call (`authorization: Bearer <token>`), for a server
+    /// with a tenants' policy. Not with `--method buffered`.
+    #[arg(long, env = "SNOWMINT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// Buffered calls timed: one in this many. A buffered `next_id()` costs about as much as
@@ -179,6 +183,9 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let until = Instant::now() + Duration::from_secs_f64(if args.calls.is_some() { 3600.0 } else { args.duration });
     // Each worker's share of the rate, as the interval between its calls.
     let interval = args.rate.map(|rate| Duration::from_secs_f64(args.concurrency as f64 / rate));
+    if args.token.is_some() && args.method == Method::Buffered {
+        return Err("--token is for calls the load tool makes itself, not --method buffered".into());
+    }
     let buffered = match args.method {
         Method::Buffered => Some(
             Client::builder([args.addr.clone()])
@@ -202,6 +209,12 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let start = Instant::now();
     let uuid_base_ms = unix_ms_now() - UUID_KEY_SPAN_MS / 2;
     let mut tasks = Vec::new();
+    let authorization = match &args.token {
+        Some(token) => Some(
+            format!("Bearer {token}").parse().map_err(|_| "--token: not a token (letters, digits, - and _)".to_string())?,
+        ),
+        None => None,
+    };
     for i in 0..args.concurrency {
         let target = match &buffered {
             Some(client) => Target::Buffered(client.clone()),
@@ -213,6 +226,7 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
             method: args.method,
             batch_size: args.batch_size,
             deadline: args.deadline_ms.map(Duration::from_millis),
+            authorization: authorization.clone(),
             until,
             interval,
             budget: budget.clone(),
@@ -405,6 +419,8 @@ struct Load {
     batch_size: u32,
     /// Each call's deadline.
     deadline: Option<Duration>,
+    /// Each call's `authorization` header.
+    authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     until: Instant,
     interval: Option<Duration>,
     /// Calls left, when a count was given.
@@ -462,37 +478,37 @@ async fn worker(mut target: Target, load: Load) -> Outcome {
                 .map(|id| out.ids.push(id))
                 .map_err(|e| Failed::Other("client".into(), e.to_string())),
             (Target::Server(client), Method::Batch) => client
-                .batch_ids(request(BatchIdsRequest { count: load.batch_size, ..Default::default() }, load.deadline))
+                .batch_ids(request(BatchIdsRequest { count: load.batch_size, ..Default::default() }, &load))
                 .await
                 .map(|r| out.ids.push_all(&r.into_inner().ids))
                 .map_err(|s| Failed::of(&s)),
             (Target::Server(client), Method::NextUuid) => {
-                match client.next_uuid(request(NextUuidRequest {}, load.deadline)).await {
+                match client.next_uuid(request(NextUuidRequest {}, &load)).await {
                     Ok(r) => keep_uuids(&mut out.ids, [r.into_inner().uuid].iter(), load.uuid_base_ms),
                     Err(s) => Err(Failed::of(&s)),
                 }
             }
             (Target::Server(client), Method::BatchUuids) => {
-                match client.batch_uuids(request(BatchUuidsRequest { count: load.batch_size }, load.deadline)).await {
+                match client.batch_uuids(request(BatchUuidsRequest { count: load.batch_size }, &load)).await {
                     Ok(r) => keep_uuids(&mut out.ids, r.into_inner().uuids.iter(), load.uuid_base_ms),
                     Err(s) => Err(Failed::of(&s)),
                 }
             }
             (Target::Server(client), Method::NextValue) => client
-                .next_value(request(NextValueRequest { sequence: load.sequence.clone() }, load.deadline))
+                .next_value(request(NextValueRequest { sequence: load.sequence.clone() }, &load))
                 .await
                 .map(|r| out.ids.push(r.into_inner().value as u64))
                 .map_err(|s| Failed::of(&s)),
             (Target::Server(client), Method::BatchValues) => {
                 let batch = BatchValuesRequest { sequence: load.sequence.clone(), count: load.batch_size };
                 client
-                    .batch_values(request(batch, load.deadline))
+                    .batch_values(request(batch, &load))
                     .await
                     .map(|r| r.into_inner().values.into_iter().for_each(|value| out.ids.push(value as u64)))
                     .map_err(|s| Failed::of(&s))
             }
             (Target::Server(client), _) => client
-                .next_id(request(NextIdRequest::default(), load.deadline))
+                .next_id(request(NextIdRequest::default(), &load))
                 .await
                 .map(|r| out.ids.push(r.into_inner().id))
                 .map_err(|s| Failed::of(&s)),
@@ -563,10 +579,13 @@ fn keep_uuids<'a>(ids: &mut Runs, uuids: impl Iterator<Item = &'a Vec<u8>>, base
 }
 
 /// `message` as a request, with `deadline` as its `grpc-timeout` when one is given.
-fn request<T>(message: T, deadline: Option<Duration>) -> tonic::Request<T> {
+fn request<T>(message: T, load: &Load) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    if let Some(deadline) = deadline {
+    if let Some(deadline) = load.deadline {
         request.set_timeout(deadline);
+    }
+    if let Some(authorization) = &load.authorization {
+        request.metadata_mut().insert("authorization", authorization.clone());
     }
     request
 }
