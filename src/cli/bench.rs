@@ -211,7 +211,9 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let mut tasks = Vec::new();
     let authorization = match &args.token {
         Some(token) => Some(
-            format!("Bearer {token}").parse().map_err(|_| "--token: not a token (letters, digits, - and _)".to_string())?,
+            format!("Bearer {token}")
+                .parse()
+                .map_err(|_| "--token: not a token (letters, digits, - and _)".to_string())?,
         ),
         None => None,
     };
