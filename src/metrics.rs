@@ -174,6 +174,8 @@ pub struct Metrics {
     pub named_sequence_segment_size: IntGaugeVec,
     /// Named sequences: values left before the sequence's maximum, as last read or written.
     pub named_sequence_values_left: IntGaugeVec,
+    /// Tenants: calls of a known tenant answered, by tenant and code (of [`CODES`]).
+    pub tenant_calls: IntCounterVec,
     /// Tenants: IDs, UUIDs and sequence values let through, by tenant.
     pub tenant_ids: IntCounterVec,
     /// Tenants: calls of a known tenant refused, by tenant and [`TENANT_REFUSALS`].
@@ -496,6 +498,11 @@ impl Metrics {
                 &["sequence"],
             )
             .unwrap(),
+            tenant_calls: IntCounterVec::new(
+                Opts::new("snowmint_tenant_calls_total", "Calls of a known tenant answered, by tenant and code."),
+                &["tenant", "code"],
+            )
+            .unwrap(),
             tenant_ids: IntCounterVec::new(
                 Opts::new("snowmint_tenant_ids_total", "IDs, UUIDs and sequence values let through to a tenant's calls."),
                 &["tenant"],
@@ -580,6 +587,7 @@ impl Metrics {
             Box::new(self.named_sequence_segments.clone()),
             Box::new(self.named_sequence_segment_size.clone()),
             Box::new(self.named_sequence_values_left.clone()),
+            Box::new(self.tenant_calls.clone()),
             Box::new(self.tenant_ids.clone()),
             Box::new(self.tenant_refusals.clone()),
             Box::new(self.tenant_quota_available.clone()),

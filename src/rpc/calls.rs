@@ -32,6 +32,7 @@ use tonic::server::NamedService;
 use tower_service::Service;
 
 use super::context::CallContext;
+use super::gate::Admitted;
 use crate::metrics::{CallMetrics, MethodMetrics, Metrics, PROTOCOL_GRPC};
 
 /// A gRPC service whose every call is counted by method and final code, and timed.
@@ -86,6 +87,8 @@ where
 /// (the client went away).
 pub struct Call {
     method: Arc<MethodMetrics>,
+    /// The caller's tenant, with a policy: its calls are counted by code too.
+    tenant: Option<Admitted>,
     start: Instant,
     done: bool,
     /// The end of the call's limit, from its context.
@@ -98,7 +101,8 @@ impl Call {
     pub fn start(method: Arc<MethodMetrics>, context: Option<&CallContext>) -> Call {
         // Timed from the call's arrival at the front door, where it has one.
         let start = context.map_or_else(Instant::now, |c| c.arrived);
-        Call { method, start, done: false, deadline: context.map(|c| c.arrived + c.limit) }
+        let tenant = context.and_then(|c| c.tenant.clone());
+        Call { method, tenant, start, done: false, deadline: context.map(|c| c.arrived + c.limit) }
     }
 
     /// How long the call has taken so far.
@@ -111,6 +115,9 @@ impl Call {
         if !self.done {
             self.done = true;
             self.method.record(code, self.start.elapsed());
+            if let Some(tenant) = &self.tenant {
+                tenant.answered(code);
+            }
         }
     }
 }

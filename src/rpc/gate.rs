@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use http::HeaderValue;
 
-use crate::metrics::{Metrics, TENANT_REFUSALS};
+use crate::metrics::{CODES, Metrics, TENANT_REFUSALS};
 use crate::minter::Share;
 use crate::tenant::{AuthError, Bucket, Credentials, Need, Refusal, Rules, Short, Tenant, bearer};
 
@@ -56,6 +56,7 @@ impl Gate {
             for tenant in rules.policy().tenants() {
                 let name = tenant.name.as_str();
                 self.metrics.tenant_ids.with_label_values(&[name]);
+                self.metrics.tenant_calls.with_label_values(&[name, CODES[0]]);
                 for reason in TENANT_REFUSALS {
                     self.metrics.tenant_refusals.with_label_values(&[name, reason]);
                 }
@@ -159,6 +160,13 @@ impl Admitted {
             }
         }
         result
+    }
+
+    /// Counts one call of the tenant answered with `code`.
+    pub fn answered(&self, code: tonic::Code) {
+        // Codes are numbered 0 to 16, as `CODES` is indexed (tonic reads any other as Unknown).
+        let code = CODES[code as usize];
+        self.gate.metrics.tenant_calls.with_label_values(&[self.tenant().name.as_str(), code]).inc();
     }
 
     /// Takes `count` from the tenant's bucket, if it has a quota.
