@@ -2,8 +2,9 @@
 //! permission allowed to its tenant and denied to the others over gRPC and Connect, a token
 //! removed from its file refused on a connection already open, a broken file changing
 //! nothing, quotas refused with the time to wait, mutual TLS identities (good, another CA,
-//! expired, a certificate of no tenant), bad files stopping the start with file and line, and
-//! `snowmint token`.
+//! expired, a certificate of no tenant), bad files stopping the start with file and line,
+//! `snowmint token`, and the Rust client's token and quota waits (the other clients' are in
+//! their own suites and the conformance suite's `tenants` scenario).
 
 mod common;
 
@@ -16,6 +17,7 @@ use common::{Process, ServerBuilder, run_binary};
 use snowmint::proto::id_service_client::IdServiceClient;
 use snowmint::proto::{BatchIdsRequest, DecodeRequest, NextIdRequest, NextUuidRequest, NextValueRequest};
 use snowmint::tenant::token;
+use snowmint_client::{Client, ClientError};
 use tonic::Code;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -246,6 +248,108 @@ async fn over_its_quota_a_tenant_is_told_how_long_to_wait_and_then_served() {
     assert_eq!(json["details"][0]["type"], "google.rpc.RetryInfo", "{body}");
     assert!(headers.to_ascii_lowercase().contains("retry-after: "), "{headers}");
     assert_eq!(server.metric("snowmint_tenant_refusals_total{reason=\"quota\",tenant=\"slow\"}").await, 2.0);
+}
+
+/// The count of gRPC calls of `method` a server answered with `code`.
+async fn answered(server: &Process, method: &str, code: &str) -> f64 {
+    server.metric(&format!(r#"snowmint_requests_total{{code="{code}",method="{method}",protocol="grpc"}}"#)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_carries_its_token_and_waits_out_its_quota_on_the_same_server() {
+    let (a, b) = (token::new_token(), token::new_token());
+    let builder = ServerBuilder::new();
+    let policy = r#"
+[tenant.a]
+tokens = ["a-1"]
+allow = ["ids", "uuids"]
+rate = 5
+burst = 1
+[tenant.b]
+tokens = ["b-1"]
+allow = ["uuids"]
+"#;
+    let (policy, file) = write_files(builder.dir(), policy, &[("a-1", &a), ("b-1", &b)]);
+    let server =
+        builder.args(["--policy-file", policy.to_str().unwrap(), "--token-file", file.to_str().unwrap()]).spawn();
+    let other = ServerBuilder::new().spawn();
+    let url = format!("http://{}", server.grpc);
+    let client = |token: Option<&str>| {
+        let builder = Client::builder([url.clone(), format!("http://{}", other.grpc)]);
+        match token {
+            Some(token) => builder.token(token).connect().unwrap(),
+            None => builder.connect().unwrap(),
+        }
+    };
+
+    // Tenant a, 5 a second with a burst of 1: the second call waits about 200 ms, on the
+    // same server, and is served; the other endpoint sees nothing.
+    let minter = client(Some(&a));
+    minter.batch(1).await.unwrap();
+    let started = Instant::now();
+    minter.batch(1).await.unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(100), "served after {waited:?}: no wait");
+    assert!(answered(&server, "BatchIds", "ResourceExhausted").await >= 1.0);
+    // A deadline shorter than the wait: the refusal, at once, with its delay.
+    let started = Instant::now();
+    let refused = minter.batch_within(1, Duration::from_millis(60)).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(60), "{refused:?} after {:?}", started.elapsed());
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.retry_delay().is_some() && refused.is_retriable(), "{refused:?}");
+    // The shared next_id() and UUIDs wait the same way.
+    minter.next_id().await.unwrap();
+    minter.next_uuid().await.unwrap();
+    assert_eq!(answered(&other, "BatchIds", "OK").await + answered(&other, "NextId", "OK").await, 0.0);
+    assert_eq!(answered(&other, "NextUuid", "OK").await, 0.0);
+
+    // No token, a wrong one, a tenant without the permission: as they are, one call each.
+    let unauthenticated = async || {
+        let missing = server.metric(r#"snowmint_unauthenticated_calls_total{reason="missing"}"#).await;
+        missing + server.metric(r#"snowmint_unauthenticated_calls_total{reason="unknown_token"}"#).await
+    };
+    let before = unauthenticated().await;
+    for (what, token) in [("no token", None), ("a wrong token", Some(token::new_token()))] {
+        let refused = client(token.as_deref()).batch(1).await.unwrap_err();
+        assert!(
+            matches!(&refused, ClientError::Rejected(s) if s.code() == Code::Unauthenticated),
+            "{what}: {refused:?}"
+        );
+    }
+    assert_eq!(unauthenticated().await - before, 2.0);
+    let reader = client(Some(&b));
+    let denied = reader.batch(1).await.unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    reader.next_uuid().await.unwrap();
+    // Each tenant's calls, by code.
+    let calls = async |tenant: &str, code: &str| {
+        server.metric(&format!(r#"snowmint_tenant_calls_total{{code="{code}",tenant="{tenant}"}}"#)).await
+    };
+    assert!(calls("a", "ResourceExhausted").await >= 2.0 && calls("a", "OK").await >= 4.0);
+    assert_eq!((calls("b", "PermissionDenied").await, calls("b", "OK").await), (1.0, 1.0));
+
+    // A token that cannot be one is refused when the client is made, unshown; the builder's
+    // Debug shows no token.
+    for bad in ["", "two words", &"x".repeat(4097)] {
+        let error = Client::builder([url.clone()]).token(bad).connect().err().expect(bad);
+        assert!(matches!(error, ClientError::InvalidSetting(_)), "{error:?}");
+        assert!(bad.is_empty() || !error.to_string().contains(bad), "{error}");
+    }
+    let shown = format!("{:?}", Client::builder([url.clone()]).token(&a));
+    assert!(!shown.contains(&a[4..]), "{shown}");
+
+    // `snowmint batch` and `next` through the client: the token from --token, or
+    // SNOWMINT_TOKEN; without one, the server's refusal as the one line.
+    let (code, out, err) =
+        tokio::task::spawn_blocking(move || run_binary(&["batch", "2", "--uuid", "--addr", &url, "--token", &b]))
+            .await
+            .unwrap();
+    assert_eq!((code, out.lines().count()), (0, 2), "{out}{err}");
+    let (code, _, err) =
+        tokio::task::spawn_blocking(move || run_binary(&["next", "--addr", &format!("http://{}", server.grpc)]))
+            .await
+            .unwrap();
+    assert!(code != 0 && err.contains("Unauthenticated"), "{code} {err}");
 }
 
 /// A client channel to `addr` over TLS with the CA `ca`, showing `identity`.

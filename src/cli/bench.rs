@@ -81,7 +81,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub deadline_ms: Option<u64>,
     /// A bearer token sent with every call (`authorization: Bearer <token>`), for a server
-    /// with a tenants' policy. Not with `--method buffered`.
+    /// with a tenants' policy.
     #[arg(long, env = "SNOWMINT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }
@@ -183,21 +183,20 @@ pub async fn run(args: &BenchArgs) -> Result<Report, String> {
     let until = Instant::now() + Duration::from_secs_f64(if args.calls.is_some() { 3600.0 } else { args.duration });
     // Each worker's share of the rate, as the interval between its calls.
     let interval = args.rate.map(|rate| Duration::from_secs_f64(args.concurrency as f64 / rate));
-    if args.token.is_some() && args.method == Method::Buffered {
-        return Err("--token is for calls the load tool makes itself, not --method buffered".into());
-    }
     let buffered = match args.method {
-        Method::Buffered => Some(
-            Client::builder([args.addr.clone()])
-                .buffer(BufferConfig {
-                    batch: args.batch_size,
-                    low_water: 4 * args.batch_size as usize,
-                    max_refills: 4,
-                    ..Default::default()
-                })
-                .connect()
-                .map_err(|e| e.to_string())?,
-        ),
+        Method::Buffered => {
+            let builder = Client::builder([args.addr.clone()]).buffer(BufferConfig {
+                batch: args.batch_size,
+                low_water: 4 * args.batch_size as usize,
+                max_refills: 4,
+                ..Default::default()
+            });
+            let builder = match &args.token {
+                Some(token) => builder.token(token),
+                None => builder,
+            };
+            Some(builder.connect().map_err(|e| e.to_string())?)
+        }
         _ => None,
     };
     if let Some(client) = &buffered {

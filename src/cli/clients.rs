@@ -1,6 +1,8 @@
 //! `snowmint next` and `snowmint batch`: the small clients, one call to a running server
 //! through `snowmint-client`, the IDs (with `--opaque`, opaque IDs' string forms; with
-//! `--uuid`, UUIDv7s' text forms) printed one a line.
+//! `--uuid`, UUIDv7s' text forms) printed one a line. With `--token`, the call carries it, for
+//! a server with a tenants' policy; a refusal over the tenant's quota is waited out once, as the
+//! client does.
 
 use clap::Args;
 use snowmint_client::{Client, ClientError};
@@ -16,6 +18,9 @@ pub struct ClientArgs {
     /// Ask for UUIDv7s made from new IDs, and print their text forms.
     #[arg(long)]
     pub uuid: bool,
+    /// A bearer token for a server with a tenants' policy (`authorization: Bearer <token>`).
+    #[arg(long, env = "SNOWMINT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -28,7 +33,7 @@ pub struct BatchArgs {
 
 /// Prints one ID; `Err` is the one line to exit with.
 pub async fn next(args: &ClientArgs) -> Result<(), String> {
-    let client = connect(&args.addr)?;
+    let client = connect(args)?;
     if args.uuid {
         let uuid = client.next_uuid().await.map_err(|e| failed(&args.addr, &e))?;
         println!("{uuid}");
@@ -46,7 +51,7 @@ pub async fn next(args: &ClientArgs) -> Result<(), String> {
 
 /// Prints `count` IDs, one a line; `Err` is the one line to exit with.
 pub async fn batch(args: &BatchArgs) -> Result<(), String> {
-    let client = connect(&args.client.addr)?;
+    let client = connect(&args.client)?;
     let lines: Vec<String> = if args.client.uuid {
         let uuids = client.batch_uuids(args.count).await.map_err(|e| failed(&args.client.addr, &e))?;
         uuids.iter().map(ToString::to_string).collect()
@@ -66,8 +71,13 @@ pub async fn batch(args: &BatchArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn connect(addr: &str) -> Result<Client, String> {
-    Client::builder([addr]).connect().map_err(|e| e.to_string())
+fn connect(args: &ClientArgs) -> Result<Client, String> {
+    let builder = Client::builder([&args.addr]);
+    let builder = match &args.token {
+        Some(token) => builder.token(token),
+        None => builder,
+    };
+    builder.connect().map_err(|e| format!("--token or --addr: {e}"))
 }
 
 /// The line for a failed call: the server's own status when it answered one, otherwise

@@ -190,6 +190,9 @@ fn new_client(clients: &Clients, request: &Value) -> Result<(), Value> {
     if let Some(n) = request["sequence_prefetch"].as_u64() {
         builder = builder.sequence_prefetch(u32::try_from(n).unwrap_or(u32::MAX));
     }
+    if let Some(token) = request["token"].as_str() {
+        builder = builder.token(token);
+    }
     if let Some(buffer) = request["buffer"].as_object() {
         let mut config = BufferConfig::default();
         if let Some(batch) = buffer.get("batch").and_then(Value::as_u64) {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::buffer::{Buffer, BufferConfig};
 use crate::closer::Closer;
 use crate::coalesce::{self, Waiter};
+use crate::credentials::Token;
 use crate::endpoints::{Endpoints, Settings};
 use crate::error::ClientError;
 use crate::opaque::OpaqueId;
@@ -27,6 +28,8 @@ pub struct ClientBuilder {
     attempts: Option<usize>,
     max_coalesced: u32,
     sequence_prefetch: u32,
+    /// Checked by [`ClientBuilder::connect`], where a bad one is refused.
+    token: Option<Result<Token, ClientError>>,
     #[cfg(feature = "tls")]
     tls: Option<tonic::transport::ClientTlsConfig>,
 }
@@ -71,6 +74,16 @@ impl ClientBuilder {
         self
     }
 
+    /// A bearer token for a server with a tenants' policy: every attempt of every call
+    /// carries `authorization: Bearer <token>`. It must be 1 to 4,096 visible ASCII
+    /// characters; else [`ClientBuilder::connect`] fails with [`ClientError::InvalidSetting`],
+    /// which does not show it (nor does this builder's `Debug`). Over plain text it crosses the
+    /// network as it is: beyond loopback, use `https://` endpoints.
+    pub fn token(mut self, token: impl AsRef<str>) -> ClientBuilder {
+        self.token = Some(Token::new(token.as_ref()));
+        self
+    }
+
     /// TLS settings for `https://` endpoints (a CA, a client certificate, the name to
     /// verify); without them, `https://` endpoints are verified against the system's roots.
     #[cfg(feature = "tls")]
@@ -87,6 +100,7 @@ impl ClientBuilder {
         let settings = Settings {
             timeout: self.timeout,
             attempts: self.attempts,
+            token: self.token.transpose()?,
             #[cfg(feature = "tls")]
             tls: self.tls,
         };
@@ -138,6 +152,7 @@ impl Client {
             attempts: None,
             max_coalesced: DEFAULT_MAX_COALESCED,
             sequence_prefetch: 0,
+            token: None,
             #[cfg(feature = "tls")]
             tls: None,
         }

@@ -7,8 +7,10 @@
 //! returns as it is: it would be the same on every server. An attempt cut short by the
 //! caller's own deadline ends the call and moves nothing. Once every endpoint has been tried
 //! in a call, each further attempt waits first (10 ms, doubling, at most 320 ms); nothing
-//! waits after the last attempt. Closing the client ends every call at once and drops the
-//! channels, which closes the connections.
+//! waits after the last attempt. An attempt refused for its tenant's quota with a retry
+//! delay waits that delay and tries the same endpoint again, when the call has an attempt and
+//! the time left for it; else it ends the call as it is. Closing the client ends every call
+//! at once and drops the channels, which closes the connections.
 //!
 //! tonic reconnects a lazy channel on demand, at the next call: a server that comes back is
 //! used at once, with no reconnect backoff to wait out.
@@ -19,11 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::closer::Closer;
-use crate::error::ClientError;
+use crate::credentials::{Credentials, Token};
+use crate::error::{ClientError, retry_delay};
 use crate::opaque::OpaqueId;
 use crate::proto::id_service_client::IdServiceClient;
 use crate::proto::{
@@ -31,11 +35,14 @@ use crate::proto::{
 };
 use crate::uuid::Uuid;
 
+/// The stub of one endpoint: its channel, every request stamped with the credentials.
+type Stub = IdServiceClient<InterceptedService<Channel, Credentials>>;
+
 /// The servers a client talks to, and which one is current.
 pub(crate) struct Endpoints {
     /// One stub per endpoint, emptied by `close()` so that the channels (and their
     /// connections) go once the attempts in progress end.
-    stubs: Mutex<Vec<IdServiceClient<Channel>>>,
+    stubs: Mutex<Vec<Stub>>,
     /// How many endpoints there are.
     len: usize,
     /// The index of the current endpoint; always below `len`.
@@ -52,6 +59,7 @@ pub(crate) struct Settings {
     pub timeout: Duration,
     /// `None`: twice the number of endpoints, at least 2.
     pub attempts: Option<usize>,
+    pub token: Option<Token>,
     #[cfg(feature = "tls")]
     pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
@@ -66,7 +74,8 @@ impl Endpoints {
         let mut stubs = Vec::with_capacity(urls.len());
         for url in urls {
             let endpoint = endpoint(url, &settings)?.tcp_nodelay(true).connect_timeout(settings.timeout);
-            stubs.push(IdServiceClient::new(endpoint.connect_lazy()));
+            let credentials = Credentials(settings.token.clone());
+            stubs.push(IdServiceClient::with_interceptor(endpoint.connect_lazy(), credentials));
         }
         let attempts = settings.attempts.unwrap_or((2 * urls.len()).max(2)).max(1);
         Ok(Endpoints {
@@ -191,7 +200,7 @@ impl Endpoints {
     /// `close()`.
     async fn call<T, F, Fut>(&self, deadline: Option<Instant>, attempt: F) -> Result<T, ClientError>
     where
-        F: Fn(IdServiceClient<Channel>, Duration) -> Fut,
+        F: Fn(Stub, Duration) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
         self.closer.or_closed(self.attempts(deadline, attempt)).await
@@ -201,7 +210,7 @@ impl Endpoints {
     /// what is left of the caller's `deadline`.
     async fn attempts<T, F, Fut>(&self, deadline: Option<Instant>, attempt: F) -> Result<T, ClientError>
     where
-        F: Fn(IdServiceClient<Channel>, Duration) -> Fut,
+        F: Fn(Stub, Duration) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
         let mut last = None;
@@ -225,6 +234,11 @@ impl Endpoints {
                 // The caller's deadline, which cut the attempt short, not the server: nothing
                 // moves.
                 return Err(ClientError::DeadlineExceeded);
+            }
+            if let Some(wait) = quota_wait(&status, n + 1 < self.attempts, deadline) {
+                // Over the tenant's quota at this server: wait as it says, then try it again.
+                tokio::time::sleep(wait).await;
+                continue;
             }
             if !fails_over(&status) {
                 return Err(ClientError::Rejected(status));
@@ -290,6 +304,19 @@ fn timed_out(status: &Status) -> bool {
         source = error.source();
     }
     status.code() == Code::DeadlineExceeded
+}
+
+/// How long to wait before trying the same endpoint again after `status`: its retry delay,
+/// when it refused the call for its tenant's quota (`RESOURCE_EXHAUSTED` with a
+/// `google.rpc.RetryInfo`), the call has an attempt `left`, and the delay ends before the
+/// caller's `deadline`. `None`: the status is the call's answer (or fails over).
+fn quota_wait(status: &Status, left: bool, deadline: Option<Instant>) -> Option<Duration> {
+    if status.code() != Code::ResourceExhausted || !left {
+        return None;
+    }
+    let wait = retry_delay(status)?;
+    let fits = |deadline| Instant::now().checked_add(wait).is_some_and(|end| end < deadline);
+    deadline.is_none_or(fits).then_some(wait)
 }
 
 /// The endpoint after `failed`, round robin over `len`.

@@ -10,6 +10,7 @@
 //! - `endpoints`: which server is current, and when a call moves to the next one.
 //! - `coalesce`: unbuffered `next_id()` callers folded into one `BatchIds`.
 //! - `closer`: the closed state every call and background task watches.
+//! - `credentials`: the bearer token every call carries.
 //! - [`buffer`]: the prefetch buffer and its refill tasks.
 //! - [`prefetch`]: the buffers of named sequences, refilled by the callers themselves.
 //! - [`error`]: the one error type. [`proto`]: the generated gRPC client and messages.
@@ -32,6 +33,7 @@ pub mod buffer;
 pub mod client;
 mod closer;
 mod coalesce;
+mod credentials;
 mod endpoints;
 pub mod error;
 pub mod layout;
