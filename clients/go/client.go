@@ -28,6 +28,11 @@
 //	d, err := snowmint.DefaultLayout().DecodeUUID(u)
 //	// d.ID, d.UnixMS, d.Slot, d.Sequence, d.Random
 //
+// WithToken gives every call a bearer token (gRPC metadata "authorization: Bearer <token>"),
+// for a server with a tenants' policy. A call refused over its tenant's rate
+// (RESOURCE_EXHAUSTED with a google.rpc.RetryInfo) waits the delay the server gives and tries
+// the same server again, when it has an attempt left and its deadline is further than that.
+//
 // OpaqueID reads and writes the string form of the opaque public IDs of a server with an
 // opaque key.
 //
@@ -45,11 +50,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/snowmint/snowmint/clients/go/internal/snowmintv1"
@@ -99,6 +106,7 @@ type config struct {
 	buffer      *BufferConfig
 	prefetch    int
 	tls         *tls.Config
+	token       *string
 	dialOptions []grpc.DialOption
 }
 
@@ -128,9 +136,20 @@ func WithSequencePrefetch(n int) Option { return func(c *config) { c.prefetch = 
 // (--tls-client-ca). host:port and http:// endpoints stay plain text.
 func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
 
+// WithToken makes every attempt of every call carry the bearer token token, as the gRPC
+// metadata "authorization: Bearer <token>", over plain text and TLS alike (beyond loopback,
+// use https:// endpoints: plain text carries the token as it is). A token is 1 to
+// MaxTokenLength characters, each a visible ASCII character ('!' to '~'); New refuses any
+// other, with an error that does not show it. The token appears in no error of the client's
+// nor in its printed form.
+func WithToken(token string) Option { return func(c *config) { c.token = &token } }
+
+// MaxTokenLength is the longest token WithToken takes, in characters.
+const MaxTokenLength = 4096
+
 // WithDialOptions adds gRPC dial options to every connection, after the client's own (plain
-// text for host:port and http:// endpoints, TLS for https://, the reconnect backoff), so they
-// can replace any of those or add interceptors.
+// text for host:port and http:// endpoints, TLS for https://, the reconnect backoff, the
+// interceptors of WithToken), so they can replace any of those or add interceptors.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
 }
@@ -180,13 +199,21 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if err != nil {
 		return nil, err
 	}
+	var own []grpc.DialOption
+	if cfg.token != nil {
+		if err := checkToken(*cfg.token); err != nil {
+			return nil, err
+		}
+		own = bearer(*cfg.token)
+	}
 	c := &Client{timeout: cfg.timeout, attempts: cfg.attempts, prefetch: prefetch}
 	for _, endpoint := range endpoints {
 		target, creds, err := parseEndpoint(endpoint, cfg.tls)
 		if err == nil {
 			var conn *grpc.ClientConn
 			dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect)},
-				cfg.dialOptions...)
+				own...)
+			dial = append(dial, cfg.dialOptions...)
 			if conn, err = grpc.NewClient(target, dial...); err == nil {
 				c.conns = append(c.conns, conn)
 				c.stubs = append(c.stubs, pb.NewIdServiceClient(conn))
@@ -201,6 +228,37 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		c.buf = newBuffer(*cfg.buffer, time.Now())
 	}
 	return c, nil
+}
+
+// checkToken refuses a token of WithToken that is empty, longer than MaxTokenLength or holds
+// anything but visible ASCII; its error says why, never what the token is.
+func checkToken(token string) error {
+	if len(token) < 1 || len(token) > MaxTokenLength {
+		return fmt.Errorf("snowmint: the token must be 1 to %d characters, got %d bytes", MaxTokenLength, len(token))
+	}
+	for i := range len(token) {
+		if token[i] < '!' || token[i] > '~' {
+			return fmt.Errorf("snowmint: the token must be visible ASCII characters ('!' to '~'), its byte %d is not", i)
+		}
+	}
+	return nil
+}
+
+// bearer is the dial options that add "authorization: Bearer <token>" to the metadata of
+// every call, unary or streaming: interceptors rather than per-RPC credentials, which grpc-go
+// refuses on a plain-text connection when they ask for transport security.
+func bearer(token string) []grpc.DialOption {
+	value := "Bearer " + token
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+			invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", value), method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+			streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(metadata.AppendToOutgoingContext(ctx, "authorization", value), desc, cc, method, opts...)
+		}),
+	}
 }
 
 func parseEndpoint(endpoint string, tlsConfig *tls.Config) (string, credentials.TransportCredentials, error) {
@@ -396,15 +454,24 @@ func uuidOf(b []byte) (UUID, error) {
 }
 
 // call makes one request, moving to the next endpoint when a server refuses (UNAVAILABLE),
-// cannot be reached, or does not answer within the attempt's deadline; every other error
-// returns at once. The caller's own deadline and cancellation end the call and move nothing,
-// as does Close.
+// cannot be reached, or does not answer within the attempt's deadline. A refusal over the
+// tenant's rate that says how long to wait (RESOURCE_EXHAUSTED with a RetryInfo) is waited
+// out, in place of the pause, and tried again on the same endpoint, when an attempt is left
+// and the caller's deadline is further than the wait; every other error returns at once. The
+// caller's own deadline and cancellation end the call and move nothing, as does Close.
 func call[T any](ctx context.Context, c *Client, do func(context.Context, pb.IdServiceClient) (T, error)) (T, error) {
 	var zero T
 	var last error
 	n := len(c.stubs)
+	var i uint64                   // the endpoint of the attempt
+	quotaWait := time.Duration(-1) // the wait a quota refusal asked for before this attempt
 	for attempt := range c.attempts {
-		if pause := pauseBefore(attempt, n); pause > 0 {
+		pause := pauseBefore(attempt, n)
+		again := quotaWait >= 0 // on endpoint i, whose quota refused the last attempt
+		if again {
+			pause, quotaWait = quotaWait, -1
+		}
+		if pause > 0 {
 			timer := time.NewTimer(pause)
 			select {
 			case <-timer.C:
@@ -422,7 +489,9 @@ func call[T any](ctx context.Context, c *Client, do func(context.Context, pb.IdS
 		if c.background.Err() != nil {
 			return zero, ErrClosed
 		}
-		i := c.current.Load()
+		if !again {
+			i = c.current.Load()
+		}
 		attemptCtx, cancel := context.WithTimeout(ctx, c.timeout)
 		result, err := do(attemptCtx, c.stubs[i])
 		cancel()
@@ -433,6 +502,13 @@ func call[T any](ctx context.Context, c *Client, do func(context.Context, pb.IdS
 			return zero, ErrClosed // Close cut the call: no answer of a server's
 		case ctx.Err() != nil:
 			return zero, contextError(ctx)
+		case status.Code(err) == codes.ResourceExhausted:
+			wait, ok := retryDelay(err)
+			if !ok || attempt == c.attempts-1 || !before(ctx, wait) {
+				return zero, err // no wait it could use: as it is
+			}
+			quotaWait = wait
+			continue // the same endpoint: the quota is the tenant's at this server
 		case !failsOver(err):
 			return zero, err
 		}
@@ -450,6 +526,33 @@ func pauseBefore(k, n int) time.Duration {
 		return 0
 	}
 	return 10 * time.Millisecond << min(k-n, 5)
+}
+
+// retryDelay is the wait a RESOURCE_EXHAUSTED asks for in its status details: the
+// retry_delay of its google.rpc.RetryInfo, when it has one that grpc-go could read (details
+// it could not are dropped, and an Any it cannot unmarshal is skipped) with a valid delay of
+// zero or more.
+func retryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, detail := range st.Details() {
+		if info, ok := detail.(*errdetails.RetryInfo); ok {
+			delay := info.GetRetryDelay()
+			if delay == nil || delay.CheckValid() != nil || delay.AsDuration() < 0 {
+				return 0, false
+			}
+			return delay.AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// before tells whether ctx's deadline, if it has one, is further than d from now.
+func before(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) > d
 }
 
 // failsOver tells whether another endpoint may succeed where this one failed: a refusal or a

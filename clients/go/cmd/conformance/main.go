@@ -34,6 +34,7 @@ type request struct {
 	Sequence   string          `json:"sequence"`
 	Buffer     *bufferSettings `json:"buffer"`
 	TLS        *tlsFiles       `json:"tls"`
+	Token      *string         `json:"token"`
 	Client     string          `json:"client"`
 	DeadlineMS *float64        `json:"deadline_ms"`
 	N          int             `json:"n"`
@@ -238,6 +239,9 @@ func newClient(req request) error {
 			return err
 		}
 		opts = append(opts, snowmint.WithTLS(config))
+	}
+	if req.Token != nil {
+		opts = append(opts, snowmint.WithToken(*req.Token))
 	}
 	client, err := snowmint.New(context.Background(), req.Endpoints, opts...)
 	if err != nil {
