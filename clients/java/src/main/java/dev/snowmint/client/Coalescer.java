@@ -11,7 +11,9 @@ import java.util.concurrent.CompletableFuture;
  * burst of callers costs a round trip, not one each. As the Rust client does; an optimization
  * beyond the client contract. One call asks for at most 4,096 IDs; a server whose
  * {@code --max-batch} is lower answers {@code INVALID_ARGUMENT}, and the client then asks for
- * half as many, until the server accepts: no caller sees that answer.
+ * half as many, until the server accepts: no caller sees that answer. A call has the latest of
+ * its callers' deadlines (none if one of them has none), so it waits out a quota refusal's delay
+ * only when one of its callers can use the wait.
  */
 final class Coalescer {
 
@@ -19,10 +21,13 @@ final class Coalescer {
     static final int MAX_COALESCED = 4096;
 
     private final EndpointPool pool;
-    private final ArrayDeque<CompletableFuture<Long>> waiting = new ArrayDeque<>();
+    private final ArrayDeque<Waiter> waiting = new ArrayDeque<>();
     /** Whether a call is in flight; it takes the next waiters when it ends. */
     private boolean fetching;
     private int limit = MAX_COALESCED;
+
+    /** A caller waiting for one ID, until its deadline ({@link EndpointPool#NO_DEADLINE} for none). */
+    private record Waiter(CompletableFuture<Long> id, long deadline) {}
 
     Coalescer(EndpointPool pool) {
         this.pool = pool;
@@ -36,7 +41,7 @@ final class Coalescer {
         CompletableFuture<Long> id = new CompletableFuture<>();
         boolean start;
         synchronized (this) {
-            waiting.add(id);
+            waiting.add(new Waiter(id, deadline));
             start = !fetching;
             fetching = true;
         }
@@ -48,11 +53,13 @@ final class Coalescer {
 
     /** One call for every caller waiting now; when it ends, the same for those who came since. */
     private void fetchForWaiting() {
-        List<CompletableFuture<Long>> callers = new ArrayList<>();
+        List<Waiter> callers = new ArrayList<>();
+        long deadline = EndpointPool.NO_DEADLINE;
         synchronized (this) {
             while (callers.size() < limit && !waiting.isEmpty()) {
-                CompletableFuture<Long> caller = waiting.poll();
-                if (!caller.isDone()) { // not timed out or cancelled meanwhile
+                Waiter caller = waiting.poll();
+                if (!caller.id().isDone()) { // not timed out or cancelled meanwhile
+                    deadline = callers.isEmpty() ? caller.deadline() : later(deadline, caller.deadline());
                     callers.add(caller);
                 }
             }
@@ -62,8 +69,8 @@ final class Coalescer {
             }
         }
         CompletableFuture<long[]> call = callers.size() == 1
-                ? pool.nextId(EndpointPool.NO_DEADLINE)
-                : pool.fetch(callers.size(), EndpointPool.NO_DEADLINE);
+                ? pool.nextId(deadline)
+                : pool.fetch(callers.size(), deadline);
         call.whenComplete((ids, error) -> {
             if (error instanceof SnowmintRejectedException rejected && callers.size() > 1
                     && rejected.status().getCode() == io.grpc.Status.Code.INVALID_ARGUMENT) {
@@ -79,12 +86,20 @@ final class Coalescer {
             }
             for (int i = 0; i < callers.size(); i++) {
                 if (error == null) {
-                    callers.get(i).complete(ids[i]);
+                    callers.get(i).id().complete(ids[i]);
                 } else {
-                    callers.get(i).completeExceptionally(error);
+                    callers.get(i).id().completeExceptionally(error);
                 }
             }
             fetchForWaiting();
         });
+    }
+
+    /** The later of two deadlines ({@link System#nanoTime()}); none if either is none. */
+    private static long later(long a, long b) {
+        if (a == EndpointPool.NO_DEADLINE || b == EndpointPool.NO_DEADLINE) {
+            return EndpointPool.NO_DEADLINE;
+        }
+        return b - a > 0 ? b : a;
     }
 }

@@ -19,6 +19,7 @@ import io.grpc.ConnectivityState;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.StreamObserver;
@@ -29,8 +30,11 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -42,7 +46,10 @@ import java.util.concurrent.atomic.AtomicLong;
  * current endpoint to the next, for every caller; any other error is returned as it is, and an
  * attempt cut short by the caller's own deadline ends the call and moves nothing. Once every
  * endpoint was tried in a call, each further attempt waits first: 10 ms, doubling, at most
- * 320 ms.
+ * 320 ms. A quota refusal ({@code RESOURCE_EXHAUSTED} with a {@link RetryDelay}) waits its delay
+ * instead and tries the same endpoint again, when the call has an attempt left and its deadline
+ * is further away than the delay; otherwise it returns as it is. Closing the client or
+ * cancelling a call ends its wait at once.
  *
  * <p>grpc-java holds a connection that failed in a reconnect backoff (up to two minutes, failing
  * every call to it meanwhile) and has no setting for its length; a call that finds its endpoint
@@ -86,15 +93,20 @@ final class EndpointPool {
     private final AtomicInteger current = new AtomicInteger();
     private final long timeoutNanos;
     private final int attempts;
+    /** The calls in a pause or a quota wait, which {@link #close()} ends. */
+    private final Set<CompletableFuture<?>> waiting = ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
 
-    EndpointPool(List<String> addresses, Duration timeout, int attempts, ChannelCredentials tls) {
+    /**
+     * @param token the bearer token every attempt carries, or null for none
+     */
+    EndpointPool(List<String> addresses, Duration timeout, int attempts, ChannelCredentials tls, BearerToken token) {
         this.timeoutNanos = timeout.toNanos();
         this.attempts = attempts;
         List<Endpoint> endpoints = new ArrayList<>();
         try {
             for (String address : addresses) {
-                ManagedChannel channel = channel(address, tls);
+                ManagedChannel channel = channel(address, tls, token);
                 long past = System.nanoTime() - RECONNECT_NANOS;
                 endpoints.add(new Endpoint(address, channel, IdServiceGrpc.newStub(channel), new AtomicLong(past)));
             }
@@ -107,10 +119,10 @@ final class EndpointPool {
 
     /**
      * A channel for {@code host:port} or {@code http://host:port} (plain text), or
-     * {@code https://host:port} (TLS with {@code tls}, or the JVM's trusted roots). Connections
-     * open lazily, on the first call.
+     * {@code https://host:port} (TLS with {@code tls}, or the JVM's trusted roots), whose calls
+     * carry {@code token} if there is one. Connections open lazily, on the first call.
      */
-    private static ManagedChannel channel(String address, ChannelCredentials tls) {
+    private static ManagedChannel channel(String address, ChannelCredentials tls, BearerToken token) {
         ChannelCredentials credentials = InsecureChannelCredentials.create();
         String hostPort = address;
         if (address.startsWith("https://")) {
@@ -127,9 +139,12 @@ final class EndpointPool {
                     + "\": expected host:port, http://host:port or https://host:port");
         }
         host = host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host;
-        return Grpc.newChannelBuilderForAddress(host, Integer.parseInt(port), credentials)
-                .maxInboundMessageSize(MAX_RESPONSE_BYTES)
-                .build();
+        ManagedChannelBuilder<?> builder = Grpc.newChannelBuilderForAddress(host, Integer.parseInt(port), credentials)
+                .maxInboundMessageSize(MAX_RESPONSE_BYTES);
+        if (token != null) {
+            builder.intercept(token);
+        }
+        return builder.build();
     }
 
     /** The longest a call without a deadline of its own may take: every attempt's timeout. */
@@ -228,6 +243,17 @@ final class EndpointPool {
                 result.completeExceptionally(deadlinePassed());
                 return;
             }
+            if (status.getCode() == Status.Code.RESOURCE_EXHAUSTED) {
+                // A quota refusal that says how long to wait: wait, then the same endpoint again,
+                // when the call can use it; otherwise it returns as it is, below.
+                long delay = RetryDelay.nanosOf(error);
+                int next = attempt + 1;
+                if (delay != RetryDelay.NONE && next < attempts
+                        && (deadline == NO_DEADLINE || deadline - System.nanoTime() > delay)) {
+                    waitThen(delay, result, () -> attempt(call, next, deadline, result));
+                    return;
+                }
+            }
             if (!failsOver(status)) {
                 result.completeExceptionally(new SnowmintRejectedException(
                         "the server at " + endpoint.address() + " rejected the request: " + describe(status), status));
@@ -251,11 +277,30 @@ final class EndpointPool {
                 attempt(call, next, deadline, result);
             } else if (deadline != NO_DEADLINE && System.nanoTime() + pause - deadline >= 0) {
                 // The pause would reach the caller's deadline: the call ends there.
-                Timers.after(deadline - System.nanoTime(), () -> result.completeExceptionally(deadlinePassed()));
+                waitThen(deadline - System.nanoTime(), result, () -> result.completeExceptionally(deadlinePassed()));
             } else {
-                Timers.after(pause, () -> attempt(call, next, deadline, result));
+                waitThen(pause, result, () -> attempt(call, next, deadline, result));
             }
         });
+    }
+
+    /**
+     * Runs {@code then} after {@code nanos}, unless {@code result} completes first: cancelled by
+     * its caller, or failed with the closed error by {@link #close()}, which ends the wait at once.
+     */
+    private <T> void waitThen(long nanos, CompletableFuture<T> result, Runnable then) {
+        waiting.add(result);
+        ScheduledFuture<?> timer = Timers.after(nanos, () -> {
+            waiting.remove(result);
+            then.run();
+        });
+        result.whenComplete((value, error) -> {
+            waiting.remove(result);
+            timer.cancel(false);
+        });
+        if (closed) {
+            result.completeExceptionally(closedError());
+        }
     }
 
     /** The caller's own deadline passed: the call ends, retriable later. */
@@ -386,6 +431,7 @@ final class EndpointPool {
     /** Ends every call at once (they fail with the closed error) and closes the connections. */
     void close() {
         closed = true;
+        waiting.forEach(call -> call.completeExceptionally(closedError()));
         endpoints.forEach(endpoint -> endpoint.channel().shutdownNow());
     }
 

@@ -37,6 +37,12 @@ import java.util.concurrent.ExecutionException;
  *       prefetched in the background, refilled at the rate they are used. Without one,
  *       concurrent {@code nextId()} calls are coalesced: the callers waiting while a call is
  *       in flight are all served by the next one, a single {@code BatchIds}.
+ *   <li>With a bearer token ({@link Builder#token(String)}), every attempt carries it. A server
+ *       that refuses a call over its tenant's rate ({@code RESOURCE_EXHAUSTED}) says how long
+ *       to wait: the call waits that long and tries the same endpoint again, if it has an attempt
+ *       left and its own timeout is further away; otherwise it fails with that refusal
+ *       ({@link SnowmintRejectedException}), as do {@code UNAUTHENTICATED} and
+ *       {@code PERMISSION_DENIED}, after one attempt.
  * </ul>
  *
  * <p>IDs are positive {@code long}s: snowmint keeps the sign bit clear.
@@ -56,13 +62,18 @@ public final class SnowmintClient implements AutoCloseable {
     private final Coalescer coalescer;
     private final PrefetchBuffer buffer;
     private final SequencePrefetch prefetch;
+    /** The printed form: the settings, the token only as whether there is one. */
+    private final String printed;
 
     private SnowmintClient(Builder builder) {
-        this.pool = new EndpointPool(builder.endpoints, builder.timeout,
-                builder.attempts > 0 ? builder.attempts : Math.max(2, 2 * builder.endpoints.size()), builder.credentials);
+        int attempts = builder.attempts > 0 ? builder.attempts : Math.max(2, 2 * builder.endpoints.size());
+        this.pool = new EndpointPool(builder.endpoints, builder.timeout, attempts, builder.credentials, builder.token);
         this.coalescer = builder.buffer == null ? new Coalescer(pool) : null;
         this.buffer = builder.buffer == null ? null : new PrefetchBuffer(pool, builder.buffer);
         this.prefetch = builder.sequencePrefetch == 0 ? null : new SequencePrefetch(pool, builder.sequencePrefetch);
+        this.printed = String.format("SnowmintClient[endpoints=%s, timeout=%s, attempts=%d, buffer=%s, "
+                        + "sequencePrefetch=%d, token=%s]", builder.endpoints, builder.timeout, attempts, builder.buffer,
+                builder.sequencePrefetch, builder.token == null ? "none" : "(redacted)");
     }
 
     /**
@@ -348,6 +359,12 @@ public final class SnowmintClient implements AutoCloseable {
         pool.close();
     }
 
+    /** The client's settings; a token only as {@code token=(redacted)}, never itself. */
+    @Override
+    public String toString() {
+        return printed;
+    }
+
     /** The {@link System#nanoTime()} at which a call with {@code timeout} must end. */
     private static long deadline(Duration timeout) {
         if (timeout.isNegative() || timeout.isZero()) {
@@ -379,6 +396,7 @@ public final class SnowmintClient implements AutoCloseable {
         private BufferConfig buffer;
         private int sequencePrefetch;
         private ChannelCredentials credentials;
+        private BearerToken token;
 
         private Builder(List<String> endpoints) {
             this.endpoints = List.copyOf(endpoints);
@@ -418,6 +436,22 @@ public final class SnowmintClient implements AutoCloseable {
          */
         public Builder credentials(ChannelCredentials credentials) {
             this.credentials = Objects.requireNonNull(credentials, "credentials");
+            return this;
+        }
+
+        /**
+         * The bearer token of the client's tenant, for a server started with a policy
+         * (docs/operations/tenants.md): every attempt of every call carries it as
+         * {@code authorization: Bearer <token>} gRPC metadata, over TLS and plain text alike (over
+         * plain text it crosses the network as it is: beyond loopback, use {@code https://}
+         * endpoints). It never appears in an error or the client's printed form.
+         *
+         * @param token 1 to 4,096 characters, each a visible ASCII character ({@code '!'} to
+         *     {@code '~'}), as {@code snowmint token new} makes them
+         * @throws IllegalArgumentException for any other (its message does not show the token)
+         */
+        public Builder token(String token) {
+            this.token = BearerToken.of(token);
             return this;
         }
 

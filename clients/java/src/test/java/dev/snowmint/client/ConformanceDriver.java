@@ -255,6 +255,9 @@ public final class ConformanceDriver {
             }
             builder.credentials(credentials.build());
         }
+        if (request.has("token") && !request.get("token").isJsonNull()) {
+            builder.token(request.get("token").getAsString());
+        }
         return builder.build();
     }
 

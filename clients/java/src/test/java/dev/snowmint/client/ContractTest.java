@@ -185,7 +185,7 @@ class ContractTest {
         }
     }
 
-    private static void openssl(Path dir, String... args) throws IOException, InterruptedException {
+    static void openssl(Path dir, String... args) throws IOException, InterruptedException {
         List<String> command = new ArrayList<>(List.of("openssl"));
         command.addAll(List.of(args));
         Process process = new ProcessBuilder(command).directory(dir.toFile()).redirectErrorStream(true)

@@ -93,6 +93,53 @@ final class SnowmintServer implements AutoCloseable {
     }
 
     /**
+     * A server started with a policy ({@code --policy-file}, the TOML {@code policy}) and a token
+     * file ({@code --token-file}, the {@code tokenLines} of {@link #newToken(String)}), both in its
+     * state dir, and {@code extra} flags of {@code snowmint serve}.
+     */
+    static SnowmintServer startWithPolicy(int workerId, String policy, List<String> tokenLines, String... extra) {
+        Path dir = tempDir();
+        List<String> flags = new ArrayList<>(List.of("--policy-file", dir.resolve("policy.toml").toString(),
+                "--token-file", dir.resolve("tokens").toString()));
+        flags.addAll(List.of(extra));
+        try {
+            Files.writeString(dir.resolve("policy.toml"), policy);
+            Files.write(dir.resolve("tokens"), tokenLines);
+        } catch (IOException e) {
+            deleteTree(dir);
+            throw new UncheckedIOException(e);
+        }
+        return start(workerId, dir, flags.toArray(String[]::new));
+    }
+
+    /** A token of {@code snowmint token new NAME}, and its line of the token file. */
+    record Token(String token, String line) {
+        @Override
+        public String toString() {
+            return "Token[" + line + "]"; // its hash, never the token
+        }
+    }
+
+    /** A new token named {@code name}, made by {@code snowmint token new}. */
+    static Token newToken(String name) {
+        try {
+            Process process = new ProcessBuilder(binary().toString(), "token", "new", name)
+                    .redirectError(ProcessBuilder.Redirect.DISCARD)
+                    .start();
+            List<String> lines = new String(process.getInputStream().readAllBytes(), StandardCharsets.UTF_8).lines().toList();
+            if (process.waitFor() != 0 || lines.size() < 2) {
+                throw new IllegalStateException("snowmint token new " + name + " failed");
+            }
+            return new Token(lines.get(0), lines.get(1));
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /**
      * A server that refuses to mint: its state file says a previous run reserved the hour
      * ahead, so it must wait for the clock to pass that before minting, and answers
      * {@code UNAVAILABLE} meanwhile.
