@@ -73,6 +73,8 @@ def options_of(request: Json) -> Json:
         options["attempts"] = request["attempts"]
     if "sequence_prefetch" in request:
         options["sequence_prefetch"] = request["sequence_prefetch"]
+    if "token" in request:
+        options["token"] = request["token"]
     buffer = request.get("buffer")
     if buffer is not None:
         fields = {k: buffer[k] for k in ("batch", "low_water", "max_refills") if k in buffer}

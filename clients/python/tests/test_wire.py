@@ -1,13 +1,18 @@
 """The client's own encoding of its calls (_wire.py): the fields it reads and writes are
-those of proto/snowmint/v1/snowmint.proto, and it reads what any protobuf writer may send."""
+those of proto/snowmint/v1/snowmint.proto, and it reads what any protobuf writer may send; and
+its reading of a quota refusal's RetryInfo from the status details."""
 
 from __future__ import annotations
 
+import random
 import re
 import struct
 import uuid
 from pathlib import Path
+from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 from snowmint_client import _wire
@@ -171,3 +176,142 @@ def test_sequence_requests_and_answers() -> None:
     for broken in [b"\x08\x02\x08\x01", b"\x0a\x02\x01", b"\x08\x01\x08\x01"]:
         with pytest.raises(_wire.WireError):
             _wire.batch_values_response(broken)
+
+
+def varint(value: int) -> bytes:
+    """A varint, negative values as 10 bytes of two's complement, as protobuf writes them."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(number: int, value: bytes | int) -> bytes:
+    """One field: a varint for an int, length-delimited for bytes."""
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+RETRY_INFO_URL = b"type.googleapis.com/google.rpc.RetryInfo"
+
+
+def detail(type_url: bytes, value: bytes) -> bytes:
+    """google.rpc.Status's field 3: one google.protobuf.Any."""
+    return field(3, field(1, type_url) + field(2, value))
+
+
+def retry_info(seconds: int, nanos: int) -> bytes:
+    return detail(RETRY_INFO_URL, field(1, field(1, seconds) + field(2, nanos)))
+
+
+ERROR_INFO = detail(b"type.googleapis.com/google.rpc.ErrorInfo", field(1, b"QUOTA") + field(2, b"snowmint"))
+STATUS = field(1, 8) + field(2, b"over quota")
+
+# A server's own: a refusal of tenant a (rate 5, burst 1), read off the wire.
+FROM_THE_SERVER = (
+    b'\x08\x08\x12;tenant "a" is over its quota of 5 a second; retry in 180 ms'
+    b"\x1a3\n(type.googleapis.com/google.rpc.RetryInfo\x12\x07\n\x05\x10\x80\xaa\xeaU"
+)
+
+
+def test_the_retry_delay_of_a_status() -> None:
+    assert _wire.retry_delay(FROM_THE_SERVER) == pytest.approx(0.18)
+    assert _wire.retry_delay(STATUS + retry_info(1, 500_000_000)) == pytest.approx(1.5)
+    # After other details, and with fields unknown here around it.
+    unknown = field(9, 1) + field(10, b"x")
+    assert _wire.retry_delay(STATUS + ERROR_INFO + unknown + retry_info(0, 250_000_000)) == pytest.approx(0.25)
+    # The first RetryInfo that gives a delay; a type URL of any host.
+    assert _wire.retry_delay(detail(b"google.rpc.RetryInfo", b"") + retry_info(2, 0)) == 2.0
+    assert _wire.retry_delay(detail(b"example.com/google.rpc.RetryInfo", field(1, b""))) == 0.0
+    assert _wire.retry_delay(retry_info(3, 0) + retry_info(4, 0)) == 3.0
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        STATUS,
+        STATUS + ERROR_INFO,
+        detail(RETRY_INFO_URL, b""),  # a RetryInfo without a delay
+        detail(b"type.googleapis.com/google.rpc.RetryInfoX", field(1, field(1, 1))),
+        detail(b"type.googleapis.com/google.rpc.ErrorInfo", field(1, field(1, 1))),
+        field(3, 5) + field(4, retry_info(1, 0)),  # RetryInfo-like bytes in the wrong fields
+    ],
+    ids=["empty", "status", "error-info", "no-delay", "other-url", "error-info-shaped", "wrong-fields"],
+)
+def test_a_status_without_a_retry_info_gives_no_delay(blob: bytes) -> None:
+    assert _wire.retry_delay(blob) is None
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"\xff",
+        b"\x1a\x05ab",  # runs past the blob
+        STATUS + b"\x1f",  # wire type 7
+        detail(b"\xff\xfe", b"") + retry_info(1, 0),  # a type URL that is not UTF-8
+        retry_info(-1, 0),
+        retry_info(1, 1_000_000_000),
+        retry_info(0, -1),
+        detail(RETRY_INFO_URL, field(1, b"\x08")),  # a Duration cut short
+        detail(RETRY_INFO_URL, field(1, field(2, 1 << 40))),  # nanos beyond int32
+        retry_info(1, 0)[:-1],
+    ],
+    ids=[
+        "byte",
+        "past-the-end",
+        "wire-type",
+        "not-utf8",
+        "negative",
+        "nanos-too-many",
+        "nanos-negative",
+        "cut-duration",
+        "nanos-int64",
+        "cut-status",
+    ],
+)
+def test_a_malformed_status_gives_no_delay(blob: bytes) -> None:
+    assert _wire.retry_delay(blob) is None
+
+
+def test_garbage_never_raises() -> None:
+    rng = random.Random(7)
+    good = STATUS + ERROR_INFO + retry_info(1, 5)
+    for _ in range(2000):
+        blob = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            blob[rng.randrange(len(blob))] = rng.randrange(256)
+        for garbage in (bytes(blob[: rng.randint(0, len(blob))]), rng.randbytes(rng.randint(0, 64))):
+            delay = _wire.retry_delay(garbage)
+            assert delay is None or delay >= 0
+
+
+class Refusal(grpc.RpcError):
+    """An attempt's error as grpc raises it: a code and trailing metadata."""
+
+    def __init__(self, code: grpc.StatusCode, trailers: Any) -> None:
+        self._code, self._trailers = code, trailers
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def trailing_metadata(self) -> Any:
+        return self._trailers
+
+
+def test_the_quota_delay_of_an_error() -> None:
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailer = (_wire.STATUS_DETAILS, FROM_THE_SERVER)
+    # The blocking client's tuples, and the asyncio client's Metadata.
+    assert _wire.quota_delay(Refusal(exhausted, (("x-other", "1"), trailer))) == pytest.approx(0.18)
+    assert _wire.quota_delay(Refusal(exhausted, grpc.aio.Metadata(trailer))) == pytest.approx(0.18)
+    # Only RESOURCE_EXHAUSTED waits; without the trailer, or with one of no RetryInfo, none.
+    assert _wire.quota_delay(Refusal(grpc.StatusCode.UNAVAILABLE, (trailer,))) is None
+    assert _wire.quota_delay(Refusal(exhausted, ())) is None
+    assert _wire.quota_delay(Refusal(exhausted, None)) is None
+    assert _wire.quota_delay(Refusal(exhausted, ((_wire.STATUS_DETAILS, STATUS + ERROR_INFO),))) is None
+    assert _wire.quota_delay(Refusal(exhausted, ((_wire.STATUS_DETAILS, b"\xff"),))) is None

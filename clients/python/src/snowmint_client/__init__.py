@@ -3,7 +3,8 @@
 :class:`Client` (blocking, thread-safe) and :class:`AsyncClient` (asyncio) follow the
 contract in clients/README.md: failover to the next endpoint when a server refuses
 (UNAVAILABLE) or cannot be reached, every other gRPC error raised as it is, per-call
-deadlines, and an optional buffer of prefetched IDs. IDs are plain ``int`` values from 0 to
+deadlines, an optional buffer of prefetched IDs, and a bearer ``token`` for a server with a
+policy, whose quota refusals are waited out. IDs are plain ``int`` values from 0 to
 2**64 - 1; snowmint's are below 2**63. :func:`decode` splits an ID locally, and
 :class:`OpaqueId` reads and writes the string form of opaque IDs, with no key.
 

@@ -23,6 +23,7 @@ from ._core import (
     UnavailableError,
     channel_options,
     channel_targets,
+    token_metadata,
 )
 from ._prefetch import SequenceBuffer, SequencePrefetch, check_sequence_prefetch, out_of_range
 
@@ -36,7 +37,8 @@ POPS_PER_YIELD = 1024
 class AsyncClient:
     """The asyncio twin of :class:`snowmint_client.Client`, with the same failover, deadlines,
     errors and buffer; refills run as tasks. Create it, use it and close it on one event loop
-    (``async with AsyncClient(...) as client``)."""
+    (``async with AsyncClient(...) as client``). ``token`` is as the blocking client's: every
+    attempt carries it, and quota refusals are waited out alike."""
 
     def __init__(
         self,
@@ -48,7 +50,9 @@ class AsyncClient:
         sequence_prefetch: int = 0,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        token: str | None = None,
     ) -> None:
+        self._metadata = token_metadata(token)
         per_refill = check_sequence_prefetch(sequence_prefetch)
         self._prefetch = SequencePrefetch(per_refill, asyncio.Lock) if per_refill else None
         targets = channel_targets(endpoints, credentials)
@@ -94,6 +98,8 @@ class AsyncClient:
         self._pops = 0
         # Set, and replaced by a fresh event, whenever a refill ends.
         self._filled = asyncio.Event()
+        # Set by close(): ends the pauses and quota waits of the calls under way.
+        self._closing = asyncio.Event()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -108,7 +114,7 @@ class AsyncClient:
         if state is None:
 
             async def next_id(i: int, t: float) -> int:
-                return int(await self._next_id[i](b"", timeout=t))
+                return int(await self._next_id[i](b"", timeout=t, metadata=self._metadata))
 
             return await self._call(next_id, timeout)
         # The fast path. No await between the pop and its return: on the event loop's one
@@ -144,7 +150,7 @@ class AsyncClient:
         request = _wire.batch_ids_request(n)
 
         async def batch(i: int, t: float) -> list[int]:
-            ids: list[int] = await self._batch_ids[i](request, timeout=t)
+            ids: list[int] = await self._batch_ids[i](request, timeout=t, metadata=self._metadata)
             return ids
 
         return await self._call(batch, timeout)
@@ -157,7 +163,7 @@ class AsyncClient:
         request = _wire.next_uuid_request()
 
         async def next_uuid(i: int, t: float) -> uuid.UUID:
-            return _wire.next_uuid_response(await self._next_uuid[i](request, timeout=t))
+            return _wire.next_uuid_response(await self._next_uuid[i](request, timeout=t, metadata=self._metadata))
 
         return await self._call(next_uuid, timeout)
 
@@ -169,7 +175,7 @@ class AsyncClient:
         request = _wire.batch_uuids_request(n)
 
         async def batch_uuids(i: int, t: float) -> list[uuid.UUID]:
-            return _wire.batch_uuids_response(await self._batch_uuids[i](request, timeout=t))
+            return _wire.batch_uuids_response(await self._batch_uuids[i](request, timeout=t, metadata=self._metadata))
 
         return await self._call(batch_uuids, timeout)
 
@@ -228,14 +234,14 @@ class AsyncClient:
             request = _wire.next_value_request(name)
 
             async def one(i: int, t: float) -> tuple[list[int], bool]:
-                answer = await self._next_value[i](request, timeout=t)
+                answer = await self._next_value[i](request, timeout=t, metadata=self._metadata)
                 return [_wire.next_value_response(answer)], _wire.ordered(answer)
 
             return await self._call(one, timeout)
         request = _wire.batch_values_request(name, n)
 
         async def batch_values(i: int, t: float) -> tuple[list[int], bool]:
-            answer = await self._batch_values[i](request, timeout=t)
+            answer = await self._batch_values[i](request, timeout=t, metadata=self._metadata)
             values = _wire.batch_values_response(answer)
             if len(values) != n:
                 raise _wire.WireError(f"asked the server for {n} values, it answered {len(values)}")
@@ -252,6 +258,7 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         if self._buffer is not None:
             self._buffer.close()
         if self._timer is not None:
@@ -274,13 +281,17 @@ class AsyncClient:
             except grpc.RpcError as error:
                 if self._closed:
                     raise ClientClosedError("the client was closed during the call") from error
-                pause = call.failed(index, error, _monotonic())
+                pause = call.failed(index, error, _monotonic(), _wire.quota_delay(error))
             except asyncio.CancelledError:
                 if self._closed:  # close() cut the call; a cancellation of the caller's goes on
                     raise ClientClosedError("the client was closed during the call") from None
                 raise
             if pause:
-                await asyncio.sleep(pause)
+                # A pause, or a quota wait; close() ends it at once, as a cancellation does.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), pause)
+                if self._closed:
+                    raise ClientClosedError("the client was closed during the call")
 
     def _wake(self) -> None:
         self._filled.set()

@@ -22,6 +22,7 @@ from ._core import (
     UnavailableError,
     channel_options,
     channel_targets,
+    token_metadata,
 )
 from ._prefetch import SequencePrefetch, check_sequence_prefetch, out_of_range
 
@@ -46,7 +47,11 @@ class Client:
     ``https://host:port`` (TLS, verified with the default roots, or with ``credentials``, e.g.
     ``grpc.ssl_channel_credentials(ca, key, certificate)`` for a CA and a client certificate).
     ``attempts`` defaults to twice the number of endpoints, at least 2. ``options`` are gRPC
-    channel options.
+    channel options. With ``token``, every attempt carries ``authorization: Bearer <token>``
+    (1 to 4,096 visible ASCII characters, else ``ValueError``; over plain text it crosses the
+    network as it is). A refusal over the tenant's quota (RESOURCE_EXHAUSTED with a RetryInfo)
+    is waited out and tried again on the same endpoint when the call has an attempt left and
+    its ``timeout`` is further away; otherwise it is raised as it is.
     """
 
     def __init__(
@@ -59,7 +64,9 @@ class Client:
         sequence_prefetch: int = 0,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        token: str | None = None,
     ) -> None:
+        self._metadata = token_metadata(token)
         per_refill = check_sequence_prefetch(sequence_prefetch)
         self._prefetch = SequencePrefetch(per_refill, threading.Lock) if per_refill else None
         targets = channel_targets(endpoints, credentials)
@@ -96,6 +103,8 @@ class Client:
         self._next_value = raw(_wire.NEXT_VALUE)
         self._batch_values = raw(_wire.BATCH_VALUES)
         self._closed = False
+        # Set by close(): ends the pauses and quota waits of the calls under way.
+        self._closing = threading.Event()
         # _lock guards the buffer (but its front, which callers pop from without it) and
         # _closed; _cond, on the same lock, is notified whenever a refill ends.
         self._lock = threading.Lock()
@@ -118,7 +127,7 @@ class Client:
         ``timeout`` bounds the whole call in seconds, failover and waits included."""
         state = self._buffer
         if state is None:
-            return self._call(lambda i, t: int(self._next_id[i](b"", timeout=t)), timeout)
+            return self._call(lambda i, t: int(self._next_id[i](b"", timeout=t, metadata=self._metadata)), timeout)
         # The fast path: no lock. popleft() hands each ID out once even between threads; the
         # ID is kept only while its batch is not stale.
         front = state.front
@@ -141,7 +150,7 @@ class Client:
         too); never from the buffer. ``n`` must be between 1 and the server's maximum batch
         (65,536 by default): the server answers INVALID_ARGUMENT otherwise, raised as it is."""
         request = _wire.batch_ids_request(n)
-        return self._call(lambda i, t: self._batch_ids[i](request, timeout=t), timeout)
+        return self._call(lambda i, t: self._batch_ids[i](request, timeout=t, metadata=self._metadata), timeout)
 
     def next_uuid(self, *, timeout: float | None = None) -> uuid.UUID:
         """One new UUIDv7, from one NextUuid call (never buffered), made from one newly minted
@@ -149,7 +158,10 @@ class Client:
         are those of :meth:`next_id`. An answer whose UUID is not 16 bytes raises
         :class:`WireError`."""
         request = _wire.next_uuid_request()
-        return self._call(lambda i, t: _wire.next_uuid_response(self._next_uuid[i](request, timeout=t)), timeout)
+        return self._call(
+            lambda i, t: _wire.next_uuid_response(self._next_uuid[i](request, timeout=t, metadata=self._metadata)),
+            timeout,
+        )
 
     def batch_uuids(self, n: int, *, timeout: float | None = None) -> list[uuid.UUID]:
         """``n`` new UUIDv7s, strictly increasing, from one server in one BatchUuids call
@@ -158,7 +170,10 @@ class Client:
         is raised as it is. An answer with a UUID that is not 16 bytes raises
         :class:`WireError`."""
         request = _wire.batch_uuids_request(n)
-        return self._call(lambda i, t: _wire.batch_uuids_response(self._batch_uuids[i](request, timeout=t)), timeout)
+        return self._call(
+            lambda i, t: _wire.batch_uuids_response(self._batch_uuids[i](request, timeout=t, metadata=self._metadata)),
+            timeout,
+        )
 
     def next_value(self, name: str, *, timeout: float | None = None) -> int:
         """The next value of the named sequence ``name``: positive, never issued twice. One
@@ -216,14 +231,14 @@ class Client:
             request = _wire.next_value_request(name)
 
             def one(i: int, t: float) -> tuple[list[int], bool]:
-                answer = self._next_value[i](request, timeout=t)
+                answer = self._next_value[i](request, timeout=t, metadata=self._metadata)
                 return [_wire.next_value_response(answer)], _wire.ordered(answer)
 
             return self._call(one, timeout)
         request = _wire.batch_values_request(name, n)
 
         def call(i: int, t: float) -> tuple[list[int], bool]:
-            answer = self._batch_values[i](request, timeout=t)
+            answer = self._batch_values[i](request, timeout=t, metadata=self._metadata)
             values = _wire.batch_values_response(answer)
             if len(values) != n:
                 raise _wire.WireError(f"asked the server for {n} values, it answered {len(values)}")
@@ -241,6 +256,7 @@ class Client:
             if self._closed:
                 return
             self._closed = True
+            self._closing.set()
             if self._buffer is not None:
                 self._buffer.close()
             if self._timer is not None:
@@ -262,9 +278,10 @@ class Client:
             except grpc.RpcError as error:
                 if self._closed:
                     raise ClientClosedError("the client was closed during the call") from error
-                pause = call.failed(index, error, _monotonic())
-            if pause:
-                time.sleep(pause)
+                pause = call.failed(index, error, _monotonic(), _wire.quota_delay(error))
+            # A pause, or a quota wait; close() ends it at once.
+            if pause and self._closing.wait(pause):
+                raise ClientClosedError("the client was closed during the call")
 
     def _next_buffered(self, state: BufferState, timeout: float | None) -> int:
         wait = timeout if timeout is not None else self._rotation.timeout * self._rotation.attempts

@@ -116,6 +116,26 @@ def channel_options(options: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]
     return [option for option in CHANNEL_OPTIONS if option[0] not in given] + list(options)
 
 
+MAX_TOKEN_LENGTH = 4096
+"""The most characters a bearer token may have."""
+
+
+def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The gRPC metadata every attempt carries: ``authorization: Bearer <token>``, or none
+    without a token. A token is 1 to 4,096 visible ASCII characters (``!`` to ``~``); any other
+    raises ``ValueError``, whose message never holds the token."""
+    if token is None:
+        return ()
+    if not isinstance(token, str):
+        raise ValueError(f"the token must be a string, not {type(token).__name__}")
+    if not 1 <= len(token) <= MAX_TOKEN_LENGTH:
+        raise ValueError(f"the token must be 1 to {MAX_TOKEN_LENGTH} characters, got {len(token)}")
+    bad = next((at for at, char in enumerate(token) if not "!" <= char <= "~"), None)
+    if bad is not None:
+        raise ValueError(f"the token's character at {bad} is not a visible ASCII character ('!' to '~')")
+    return (("authorization", f"Bearer {token}"),)
+
+
 def pause_before(attempt: int, endpoints: int) -> float:
     """Seconds to wait before ``attempt`` (from 0) of a call over ``endpoints``: none until
     every endpoint was tried in the call, then 10 ms doubling up to 320 ms."""
@@ -162,6 +182,8 @@ class Call:
         self._deadline = deadline
         self._attempt = 0
         self._cut = False
+        self._again: int | None = None
+        """The endpoint the next attempt goes to after a quota wait; None: the current one."""
 
     def next_attempt(self, now: float) -> tuple[int, float]:
         """The endpoint of the next attempt and its timeout in seconds: the client's timeout,
@@ -174,18 +196,23 @@ class Call:
                 raise DeadlineExceededError("the call's timeout passed")
             self._cut = left < timeout
             timeout = min(timeout, left)
-        return self._rotation.current(), timeout
+        index = self._rotation.current() if self._again is None else self._again
+        self._again = None
+        return index, timeout
 
-    def failed(self, index: int, error: grpc.RpcError, now: float) -> float:
+    def failed(self, index: int, error: grpc.RpcError, now: float, quota_delay: float | None = None) -> float:
         """Handles a failed attempt at endpoint ``index``: the seconds to wait before the next
         attempt, or raises the error as it is (one that fails over nowhere),
         :class:`DeadlineExceededError` (the call's own deadline passed) or
-        :class:`UnavailableError` (attempts used up)."""
+        :class:`UnavailableError` (attempts used up). ``quota_delay`` is the wait a
+        RESOURCE_EXHAUSTED refusal asks for (its RetryInfo), if it gives one."""
         code = cast(grpc.Call, error).code()
         deadline_passed = self._deadline is not None and now >= self._deadline
         if (deadline_passed or self._cut) and code == grpc.StatusCode.DEADLINE_EXCEEDED:
             # The call's deadline, which cut the attempt short, not the server: nothing moves.
             raise DeadlineExceededError("the call's timeout passed") from error
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and quota_delay is not None:
+            return self._quota_wait(index, error, now, quota_delay)
         # With the call's own deadline still ahead, DEADLINE_EXCEEDED is the attempt's: the
         # server did not answer in time.
         if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -203,6 +230,20 @@ class Call:
         if self._deadline is not None:
             pause = min(pause, max(0.0, self._deadline - now))
         return pause
+
+    def _quota_wait(self, index: int, error: grpc.RpcError, now: float, delay: float) -> float:
+        """A refusal over the tenant's quota that says to wait ``delay`` seconds: the wait, in
+        place of a pause, before the next attempt, which goes to the same endpoint (the quota
+        is the tenant's at that server; nothing moves). Raises the refusal as it is when the
+        call has no attempt left or its deadline is not more than ``delay`` away: a wait it
+        could not use."""
+        if self._attempt + 1 >= self._rotation.attempts:
+            raise error
+        if self._deadline is not None and self._deadline - now <= delay:
+            raise error
+        self._attempt += 1
+        self._again = index
+        return delay
 
 
 REFILL_PAUSE = 0.1

@@ -18,6 +18,14 @@ and types against the proto file.
 
 The UUIDs are read from their bytes alone (each must be 16); the texts are skipped. Any other
 field of an answer (a newer server's) is skipped, as protobuf readers do.
+
+A refusal's status details (the ``grpc-status-details-bin`` trailer) are read as far as a quota
+wait needs, by :func:`retry_delay`:
+
+    google.rpc.Status { int32 code = 1; string message = 2; repeated google.protobuf.Any details = 3; }
+    google.protobuf.Any { string type_url = 1; bytes value = 2; }
+    google.rpc.RetryInfo { google.protobuf.Duration retry_delay = 1; }
+    google.protobuf.Duration { int64 seconds = 1; int32 nanos = 2; }
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ import itertools
 import struct
 import uuid
 from collections.abc import Iterator
+from typing import cast
+
+import grpc
 
 from ._core import SnowmintError
 
@@ -199,14 +210,19 @@ def batch_values_request(name: str, count: int) -> bytes:
     return bytes(out)
 
 
+def _signed(value: int, bits: int) -> int:
+    """A varint read as a two's complement integer of ``bits`` bits (int64, or int32 written
+    sign-extended to 64 bits as protobuf does)."""
+    value &= (1 << 64) - 1
+    value -= (1 << 64) if value >= 1 << 63 else 0
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise WireError(f"a varint beyond int{bits}")
+    return value
+
+
 def _int64s(data: bytes) -> list[int]:
     """Every value of field 1 (int64, a varint read as two's complement), packed or not; other
     fields skipped."""
-
-    def signed(value: int) -> int:
-        value &= (1 << 64) - 1
-        return value - (1 << 64) if value >= 1 << 63 else value
-
     values: list[int] = []
     for field, kind, start, end in _fields(data):
         if field != 1 or kind not in (_VARINT, _LENGTH):
@@ -214,7 +230,7 @@ def _int64s(data: bytes) -> list[int]:
         at = start
         while at < end:
             value, at = _varint(data, at)
-            values.append(signed(value))
+            values.append(_signed(value, 64))
         if at != end:
             raise WireError("packed int64s run past their field")
     return values
@@ -247,3 +263,69 @@ def ordered(data: bytes) -> bool:
         if field == 2 and kind == _VARINT:
             found = _varint(data, start)[0] != 0
     return found
+
+
+STATUS_DETAILS = "grpc-status-details-bin"
+"""The trailer that holds a refusal's google.rpc.Status, details included."""
+
+_RETRY_INFO = "google.rpc.RetryInfo"
+
+
+def _duration(data: bytes) -> float:
+    """google.protobuf.Duration in seconds (the last value of each field wins). Raises
+    :class:`WireError` unless it is a valid Duration that is not negative."""
+    seconds = nanos = 0
+    for field, kind, start, _ in _fields(data):
+        if field == 1 and kind == _VARINT:
+            seconds = _signed(_varint(data, start)[0], 64)
+        elif field == 2 and kind == _VARINT:
+            nanos = _signed(_varint(data, start)[0], 32)
+    if seconds < 0 or not 0 <= nanos < 1_000_000_000:
+        raise WireError("a negative or malformed Duration")
+    return seconds + nanos / 1e9
+
+
+def _retry_info(data: bytes) -> float | None:
+    """google.rpc.RetryInfo's retry_delay in seconds; None when it has none."""
+    delay = None
+    for field, kind, start, end in _fields(data):
+        if field == 1 and kind == _LENGTH:
+            delay = _duration(data[start:end])
+    return delay
+
+
+def retry_delay(details: bytes) -> float | None:
+    """The retry delay, in seconds, of a google.rpc.Status (a ``grpc-status-details-bin``
+    trailer): that of its first detail whose type URL ends in ``google.rpc.RetryInfo`` and
+    that gives one. None when there is none, or when the blob does not parse: a malformed
+    blob is read as one without a RetryInfo, never raised."""
+    try:
+        for field, kind, start, end in _fields(details):
+            if field != 3 or kind != _LENGTH:
+                continue
+            detail = details[start:end]  # a google.protobuf.Any
+            type_url, value = "", b""
+            for any_field, any_kind, any_start, any_end in _fields(detail):
+                if any_field == 1 and any_kind == _LENGTH:
+                    type_url = detail[any_start:any_end].decode()
+                elif any_field == 2 and any_kind == _LENGTH:
+                    value = detail[any_start:any_end]
+            if type_url.endswith(_RETRY_INFO):
+                delay = _retry_info(value)
+                if delay is not None:
+                    return delay
+    except (WireError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def quota_delay(error: grpc.RpcError) -> float | None:
+    """The seconds a RESOURCE_EXHAUSTED refusal says to wait: the RetryInfo in its status
+    details. None for any other error, and for one without a RetryInfo."""
+    call = cast(grpc.Call, error)
+    if call.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in call.trailing_metadata() or ():
+        if key == STATUS_DETAILS and isinstance(value, bytes):
+            return retry_delay(value)
+    return None
