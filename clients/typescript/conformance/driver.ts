@@ -153,6 +153,9 @@ function clientOptions(request: Json): ClientOptions {
   if (request.sequence_prefetch !== undefined) {
     options.sequencePrefetch = request.sequence_prefetch;
   }
+  if (request.token !== undefined) {
+    options.token = request.token;
+  }
   if (request.buffer) {
     const { batch, low_water: lowWater, max_refills: maxRefills, max_age_ms: maxAgeMs } = request.buffer;
     options.buffer = {

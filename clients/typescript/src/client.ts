@@ -3,7 +3,7 @@ import { PrefetchBuffer, type BufferSettings } from './buffer.js';
 import { Coalescer } from './coalescer.js';
 import { EndpointPool } from './endpoints.js';
 import { ClientClosedError } from './errors.js';
-import { boundOf, type Bound, type CallOptions, type ClientOptions } from './options.js';
+import { boundOf, checkToken, type Bound, type CallOptions, type ClientOptions } from './options.js';
 import { SequencePrefetch, checkSequencePrefetch } from './sequences.js';
 import type { Uuid } from './uuid.js';
 
@@ -22,6 +22,10 @@ import type { Uuid } from './uuid.js';
  *   a call is in flight are all served by the next one, a single `BatchIds`.
  * - `nextUuid()` and `batchUuids(n)` get UUIDv7s made from newly minted IDs, one call each
  *   (never buffered, never coalesced), with the same failover, attempts and bounds.
+ * - With a `token`, every attempt carries it (`authorization: Bearer <token>`). A refusal over
+ *   the tenant's quota (`RESOURCE_EXHAUSTED` with a `RetryInfo`) is waited out and tried again
+ *   on the same endpoint when the call has an attempt and the time left; otherwise it rejects
+ *   as it is (`RejectedError`).
  */
 export class SnowmintClient {
   private readonly pool: EndpointPool;
@@ -34,16 +38,21 @@ export class SnowmintClient {
    *   TLS; tried in order. Connections open lazily, and a buffer sends nothing before the first
    *   `nextId()`.
    * @throws TypeError for no endpoints or a malformed one
+   * @throws RangeError for a setting out of its range, such as a token that is not 1 to 4,096
+   *   visible ASCII characters (the message does not show it)
    */
   constructor(endpoints: string | readonly string[], options: ClientOptions = {}) {
     const addresses = typeof endpoints === 'string' ? [endpoints] : endpoints;
     if (addresses.length === 0) {
       throw new TypeError('no endpoints given');
     }
-    const { timeoutMs = 1000, attempts = Math.max(2, 2 * addresses.length), buffer, tls, sequencePrefetch = 0 } = options;
+    const { timeoutMs = 1000, attempts = Math.max(2, 2 * addresses.length), buffer, tls, sequencePrefetch = 0, token } = options;
     positive('timeoutMs', timeoutMs);
     positive('attempts', attempts);
     checkSequencePrefetch(sequencePrefetch);
+    if (token !== undefined) {
+      checkToken(token);
+    }
     let settings: BufferSettings | undefined;
     if (buffer) {
       const { batch = 4096, lowWater = 8192, maxRefills = 3, maxAgeMs = 1000 } = buffer === true ? {} : buffer;
@@ -57,7 +66,7 @@ export class SnowmintClient {
       }
       settings = { batch, lowWater, maxRefills, maxAgeMs };
     }
-    this.pool = new EndpointPool(addresses, timeoutMs, attempts, tls);
+    this.pool = new EndpointPool(addresses, timeoutMs, attempts, tls, token);
     if (sequencePrefetch > 0) {
       this.prefetch = new SequencePrefetch(this.pool, sequencePrefetch);
     }

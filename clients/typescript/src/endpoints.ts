@@ -4,10 +4,12 @@
  * transport (also `UNAVAILABLE` in grpc-js) or gets no answer within its own deadline moves the
  * current endpoint to the next; every other error returns as it is, and an attempt cut short by
  * the caller's own deadline ends the call and moves nothing. Once every endpoint was tried in a
- * call, each further attempt waits first: 10 ms, doubling, at most 320 ms.
+ * call, each further attempt waits first: 10 ms, doubling, at most 320 ms. A refusal over the
+ * tenant's quota (`RESOURCE_EXHAUSTED` with a `RetryInfo`) is waited out in place of that pause,
+ * and the next attempt goes to the same endpoint, when the call has an attempt and the time
+ * left; otherwise it ends the call as it is. With a token, every attempt carries it.
  */
 import { Client, Metadata, credentials, status as Status, type ChannelOptions, type ServiceError } from '@grpc/grpc-js';
-import { setTimeout as sleep } from 'node:timers/promises';
 
 import { ClientClosedError, DeadlineExceededError, RejectedError, UnavailableError } from './errors.js';
 import type { Bound, TlsOptions } from './options.js';
@@ -33,6 +35,7 @@ import {
   nextValueRequest,
   nextValueResponse,
   orderedOf,
+  retryDelayMs,
 } from './wire.js';
 import type { SequenceAnswer } from './wire.js';
 
@@ -45,6 +48,9 @@ const CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.initial_reconnect_backoff_ms': 100,
   'grpc.max_reconnect_backoff_ms': 500,
 };
+
+/** The longest wait `setTimeout` can make, in ms: a quota refusal asking for more ends the call, as one past its deadline does. */
+const LONGEST_WAIT_MS = 2 ** 31 - 1;
 
 /** The pause before attempt `k` (from 0) of a call over `n` endpoints, in ms. */
 export function pauseBefore(k: number, n: number): number {
@@ -74,6 +80,18 @@ function connect(address: string, tls: TlsOptions | undefined): Endpoint {
 
 function describe(error: ServiceError): string {
   return `${Status[error.code] ?? error.code}: ${error.details || error.message}`;
+}
+
+/**
+ * The retry delay (ms) of a quota refusal: the `google.rpc.RetryInfo` in its status details
+ * (the `grpc-status-details-bin` trailer), if it has one that reads.
+ */
+export function quotaDelayMs(error: ServiceError): number | undefined {
+  if (error.code !== Status.RESOURCE_EXHAUSTED) {
+    return undefined;
+  }
+  const details = error.metadata?.get('grpc-status-details-bin').find((value) => Buffer.isBuffer(value));
+  return details === undefined ? undefined : retryDelayMs(details as Buffer);
 }
 
 /** One attempt's bounds: its own timeout, and the caller's signal. */
@@ -117,8 +135,15 @@ export class EndpointPool {
   private readonly endpoints: Endpoint[];
   /** Index of the endpoint to try first. */
   private current = 0;
-  /** The calls in flight, cancelled by `close()`. */
-  private readonly inFlight = new Set<{ cancel(): void }>();
+  /**
+   * The calls in flight, cancelled by `close()`. A private field, as the token's is: a call
+   * holds its metadata, which the client's printed form must not reach.
+   */
+  readonly #inFlight = new Set<{ cancel(): void }>();
+  /** The pauses and quota waits under way, ended by `close()`. */
+  private readonly waits = new Set<() => void>();
+  /** `Bearer <token>`, or none: a private field, so the client's printed form never shows it. */
+  readonly #authorization: string | undefined;
   closed = false;
 
   constructor(
@@ -126,7 +151,9 @@ export class EndpointPool {
     private readonly timeoutMs: number,
     private readonly attempts: number,
     tls: TlsOptions | undefined,
+    token: string | undefined,
   ) {
+    this.#authorization = token === undefined ? undefined : `Bearer ${token}`;
     const endpoints: Endpoint[] = [];
     try {
       for (const address of addresses) {
@@ -198,23 +225,24 @@ export class EndpointPool {
 
   /**
    * One call: `attempt` made on the current endpoint, failing over as the contract says. An
-   * error it throws with a gRPC `code` counts as that endpoint's answer.
+   * error it throws with a gRPC `code` counts as that endpoint's answer. A quota refusal's
+   * delay, when the call can use it, is the pause before the next attempt, on the same endpoint.
    */
   private async fetch<T>(bound: Bound, attempt: (endpoint: Endpoint, options: AttemptOptions) => Promise<T>): Promise<T> {
     const { deadline, signal } = bound;
     const n = this.endpoints.length;
     let last: ServiceError | undefined;
     let lastAddress = '';
+    // After a quota refusal: its delay, and the endpoint that asked for it, to try again.
+    let quota: { delay: number; index: number } | undefined;
     for (let k = 0; k < this.attempts; k++) {
-      const pause = pauseBefore(k, n);
+      const pause = quota ? quota.delay : pauseBefore(k, n);
       if (pause > 0) {
         if (deadline !== undefined && performance.now() + pause >= deadline) {
-          await sleep(Math.max(0, deadline - performance.now()), undefined, signal ? { signal } : {}).catch(() =>
-            signal?.throwIfAborted(),
-          );
+          await this.wait(Math.max(0, deadline - performance.now()), signal);
           throw new DeadlineExceededError();
         }
-        await sleep(pause, undefined, signal ? { signal } : {}).catch(() => signal?.throwIfAborted());
+        await this.wait(pause, signal);
       }
       if (this.closed) {
         throw new ClientClosedError();
@@ -228,7 +256,8 @@ export class EndpointPool {
         }
         attemptMs = Math.min(attemptMs, left);
       }
-      const index = this.current;
+      const index = quota ? quota.index : this.current;
+      quota = undefined;
       const endpoint = this.endpoints[index]!;
       try {
         return await attempt(endpoint, { timeoutMs: attemptMs, signal });
@@ -243,8 +272,24 @@ export class EndpointPool {
           // The caller's deadline, which cut the attempt short, not the server: nothing moves.
           throw new DeadlineExceededError();
         }
+        const delay = quotaDelayMs(error);
+        if (
+          delay !== undefined &&
+          delay <= LONGEST_WAIT_MS &&
+          k + 1 < this.attempts &&
+          (deadline === undefined || deadline - performance.now() > delay)
+        ) {
+          // Over the tenant's quota here: wait as asked, then try here again (nothing moves).
+          quota = { delay, index };
+          continue;
+        }
         if (error.code !== Status.UNAVAILABLE && error.code !== Status.DEADLINE_EXCEEDED) {
-          throw new RejectedError(`the server at ${endpoint.address} rejected the request: ${describe(error)}`, error.code, error.details);
+          throw new RejectedError(
+            `the server at ${endpoint.address} rejected the request: ${describe(error)}`,
+            error.code,
+            error.details,
+            delay,
+          );
         }
         if (this.current === index) {
           this.current = (index + 1) % n; // unless another call already moved on
@@ -268,8 +313,8 @@ export class EndpointPool {
     const options = { deadline: Date.now() + timeoutMs };
     return new Promise((resolve, reject) => {
       let cancel: (() => void) | undefined;
-      const call = endpoint.client.makeUnaryRequest(path, identity, read, request, new Metadata(), options, (error, answer) => {
-        this.inFlight.delete(call);
+      const call = endpoint.client.makeUnaryRequest(path, identity, read, request, this.metadata(), options, (error, answer) => {
+        this.#inFlight.delete(call);
         if (cancel) {
           signal?.removeEventListener('abort', cancel);
         }
@@ -279,7 +324,7 @@ export class EndpointPool {
           resolve(answer);
         }
       });
-      this.inFlight.add(call);
+      this.#inFlight.add(call);
       if (signal) {
         cancel = () => call.cancel();
         signal.addEventListener('abort', cancel, { once: true });
@@ -287,11 +332,51 @@ export class EndpointPool {
     });
   }
 
-  /** Cancels the calls in flight (they reject with `ClientClosedError`) and closes the connections. */
+  /** An attempt's metadata: the token's `authorization`, if any. */
+  private metadata(): Metadata {
+    const metadata = new Metadata();
+    if (this.#authorization !== undefined) {
+      metadata.set('authorization', this.#authorization);
+    }
+    return metadata;
+  }
+
+  /**
+   * Waits `ms` (a pause, or a quota refusal's delay): ended at once by the caller's signal
+   * (rejecting with its reason) and by `close()` (with `ClientClosedError`).
+   */
+  private wait(ms: number, signal: AbortSignal | undefined): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.closed) {
+        reject(new ClientClosedError());
+        return;
+      }
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const end = (settle: () => void) => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', aborted);
+        this.waits.delete(closed);
+        settle();
+      };
+      const aborted = () => end(() => reject(signal!.reason));
+      const closed = () => end(() => reject(new ClientClosedError()));
+      const timer = setTimeout(() => end(resolve), ms);
+      signal?.addEventListener('abort', aborted, { once: true });
+      this.waits.add(closed);
+    });
+  }
+
+  /** Cancels the calls in flight and ends the waits (they reject with `ClientClosedError`), and closes the connections. */
   close(): void {
     this.closed = true;
-    for (const call of [...this.inFlight]) {
+    for (const call of [...this.#inFlight]) {
       call.cancel();
+    }
+    for (const closed of [...this.waits]) {
+      closed();
     }
     for (const endpoint of this.endpoints) {
       endpoint.client.close();

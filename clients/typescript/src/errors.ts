@@ -60,6 +60,17 @@ export class DeadlineExceededError extends SnowmintError {
  */
 export class RejectedError extends SnowmintError {
   readonly retriable = false;
+  /**
+   * For a refusal over the tenant's quota (`RESOURCE_EXHAUSTED`), the delay its `RetryInfo`
+   * gave, in ms: the call ended without waiting it out (no attempt left, or too little time),
+   * and a call after it may succeed. `undefined` otherwise.
+   */
+  readonly retryDelayMs: number | undefined;
+
+  constructor(message: string, code: Status, details: string, retryDelayMs?: number) {
+    super(message, code, details);
+    this.retryDelayMs = retryDelayMs;
+  }
 }
 
 /** A call on a client after {@link SnowmintClient.close}, or one that was waiting on it then. */

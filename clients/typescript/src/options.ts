@@ -53,6 +53,30 @@ export interface ClientOptions {
   sequencePrefetch?: number;
   /** TLS settings of `https://` endpoints. */
   tls?: TlsOptions;
+  /**
+   * A bearer token, for a server with a tenants' policy: every attempt of every call carries
+   * it as `authorization: Bearer <token>` (gRPC metadata). 1 to 4,096 characters, each a
+   * visible ASCII character (`!` to `~`); any other is refused with a `RangeError` that does
+   * not show it. The client never shows it: not in an error, nor in its printed form. Over a
+   * plain-text endpoint it crosses the network as it is: beyond loopback, use `https://`.
+   */
+  token?: string;
+}
+
+/** The longest token, in characters. */
+const MAX_TOKEN_LENGTH = 4096;
+
+/** Refuses a token the contract does not allow, with a message that never shows it. */
+export function checkToken(token: unknown): asserts token is string {
+  if (typeof token !== 'string') {
+    throw new RangeError(`token must be a string, got a ${typeof token}`);
+  }
+  if (token.length < 1 || token.length > MAX_TOKEN_LENGTH) {
+    throw new RangeError(`token must be 1 to ${MAX_TOKEN_LENGTH} characters, got ${token.length}`);
+  }
+  if (!/^[!-~]+$/.test(token)) {
+    throw new RangeError("token must be visible ASCII characters ('!' to '~') only: no spaces, control or other characters");
+  }
 }
 
 /** Bounds on one call, all of its attempts and pauses included. */

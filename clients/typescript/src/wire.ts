@@ -14,6 +14,14 @@
  *     BatchValuesRequest { string sequence = 1; uint32 count = 2; }
  *                                             BatchValuesResponse { repeated int64 values = 1; bool ordered = 2; }
  *
+ * A refusal's status details (the `grpc-status-details-bin` trailer) are read here too, for the
+ * one detail the client uses, the delay of a quota refusal:
+ *
+ *     google.rpc.Status { repeated google.protobuf.Any details = 3; }
+ *     google.protobuf.Any { string type_url = 1; bytes value = 2; }
+ *     google.rpc.RetryInfo { google.protobuf.Duration retry_delay = 1; }
+ *     google.protobuf.Duration { int64 seconds = 1; int32 nanos = 2; }
+ *
  * Any other field of an answer (a newer server's, or the UUIDs' `text`/`texts`, which the
  * client writes itself from the bytes) is skipped, as protobuf readers do. Each fixed64 is read
  * as a `bigint` from its eight bytes, never through a JS `number`; each bytes field as the bytes
@@ -302,6 +310,68 @@ export function orderedOf(data: Buffer): boolean {
     }
   });
   return ordered;
+}
+
+/** The end of `google.rpc.RetryInfo`'s type URL: its name, after the host (`type.googleapis.com/` by convention, not checked). */
+const RETRY_INFO = '/google.rpc.RetryInfo';
+
+/**
+ * The retry delay, in ms, of a `google.rpc.Status` (the bytes of a `grpc-status-details-bin`
+ * trailer): that of its first `google.rpc.RetryInfo` detail. `undefined` when it has none, and
+ * when the blob is not such a message or the delay is negative: a malformed blob is no
+ * `RetryInfo`, never an error.
+ */
+export function retryDelayMs(status: Buffer): number | undefined {
+  try {
+    let delay: number | undefined;
+    let found = false;
+    fields(status, (field, kind, start, end) => {
+      if (found || field !== 3 || kind !== LENGTH) {
+        return;
+      }
+      const any = status.subarray(start, end);
+      let typeUrl = '';
+      let value: Buffer = EMPTY;
+      fields(any, (anyField, anyKind, anyStart, anyEnd) => {
+        if (anyField === 1 && anyKind === LENGTH) {
+          typeUrl = any.toString('utf8', anyStart, anyEnd);
+        } else if (anyField === 2 && anyKind === LENGTH) {
+          value = any.subarray(anyStart, anyEnd);
+        }
+      });
+      if (`/${typeUrl}`.endsWith(RETRY_INFO)) {
+        found = true;
+        delay = retryInfoDelayMs(value);
+      }
+    });
+    return delay;
+  } catch (error) {
+    if (error instanceof WireError) {
+      return undefined;
+    }
+    throw error;
+  }
+}
+
+/** RetryInfo's `retry_delay` in ms (0 when absent, as protobuf reads a missing field); `undefined` when negative. */
+function retryInfoDelayMs(retryInfo: Buffer): number | undefined {
+  let seconds = 0n;
+  let nanos = 0n;
+  fields(retryInfo, (field, kind, start, end) => {
+    if (field !== 1 || kind !== LENGTH) {
+      return;
+    }
+    const duration = retryInfo.subarray(start, end);
+    fields(duration, (durationField, durationKind, durationStart) => {
+      if (durationField === 1 && durationKind === VARINT) {
+        seconds = bigVarint(duration, durationStart)[0];
+      } else if (durationField === 2 && durationKind === VARINT) {
+        nanos = BigInt.asIntN(32, bigVarint(duration, durationStart)[0]);
+      }
+    });
+  });
+  const ms = Number(seconds) * 1000 + Number(nanos) / 1e6;
+  return ms >= 0 ? ms : undefined;
 }
 
 /** The serializer of requests already encoded. */

@@ -43,21 +43,22 @@ export class SnowmintServer {
 
   /**
    * A server on a state dir where `snowmint sequence create` made each of `sequences` (name to
-   * its flags after the name, such as `['--ordered']`).
+   * its flags after the name, such as `['--ordered']`), with `extra` flags of `snowmint serve`.
    */
-  static startWithSequences(workerId: number, sequences: Record<string, string[]>): Promise<SnowmintServer> {
+  static startWithSequences(workerId: number, sequences: Record<string, string[]>, ...extra: string[]): Promise<SnowmintServer> {
     const dir = mkdtempSync(join(tmpdir(), 'snowmint-ts-test-'));
     for (const [name, flags] of Object.entries(sequences)) {
       execFileSync(binary(), ['sequence', 'create', name, '--state-dir', dir, ...flags], { stdio: 'pipe' });
     }
-    return SnowmintServer.startIn(workerId, dir);
+    return SnowmintServer.startIn(workerId, dir, extra);
   }
 
   /**
    * A server that refuses to mint: its state file says a previous run reserved the hour
    * ahead, so it must wait for the clock to pass that, and answers `UNAVAILABLE` meanwhile.
+   * `extra` flags of `snowmint serve` follow.
    */
-  static startRefusing(workerId: number): Promise<SnowmintServer> {
+  static startRefusing(workerId: number, ...extra: string[]): Promise<SnowmintServer> {
     const dir = mkdtempSync(join(tmpdir(), 'snowmint-ts-test-'));
     const now = Date.now();
     const reserved = now + 3_600_000;
@@ -78,7 +79,7 @@ export class SnowmintServer {
       saved_at: new Date(now).toISOString(),
     };
     writeFileSync(join(dir, `worker-${workerId}.json`), JSON.stringify(state));
-    return SnowmintServer.startIn(workerId, dir);
+    return SnowmintServer.startIn(workerId, dir, extra);
   }
 
   private static startIn(workerId: number, stateDir: string, extra: string[] = []): Promise<SnowmintServer> {

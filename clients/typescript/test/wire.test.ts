@@ -19,6 +19,7 @@ import {
   nextIdResponse,
   nextUuidRequest,
   nextUuidResponse,
+  retryDelayMs,
 } from '../src/wire.js';
 
 const PROTO = readFileSync(new URL('../../../../proto/snowmint/v1/snowmint.proto', import.meta.url), 'utf8');
@@ -148,5 +149,68 @@ test('broken UUID answers are refused', () => {
   for (const bytes of broken) {
     assert.throws(() => batchUuidsResponse(Buffer.from(bytes)), WireError, JSON.stringify(bytes));
     assert.throws(() => nextUuidResponse(Buffer.from(bytes)), WireError, JSON.stringify(bytes));
+  }
+});
+
+/** A varint field: its key, then `value` (two's complement in 64 bits, as int64 and int32 are written). */
+function varintField(field: number, value: bigint): Buffer {
+  const bytes = [field << 3];
+  let n = BigInt.asUintN(64, value);
+  while (n >= 0x80n) {
+    bytes.push(Number(n & 0x7fn) | 0x80);
+    n >>= 7n;
+  }
+  bytes.push(Number(n));
+  return Buffer.from(bytes);
+}
+
+/** A google.protobuf.Any of `typeUrl` holding `value`. */
+function any(typeUrl: string, value: Buffer): Buffer {
+  return lengthField(3, Buffer.concat([lengthField(1, Buffer.from(typeUrl)), lengthField(2, value)]));
+}
+
+/** A google.rpc.RetryInfo's Any, its retry_delay a Duration of `seconds` and `nanos`. */
+function retryInfo(seconds: bigint, nanos: bigint, typeUrl = 'type.googleapis.com/google.rpc.RetryInfo'): Buffer {
+  return any(typeUrl, lengthField(1, Buffer.concat([varintField(1, seconds), varintField(2, nanos)])));
+}
+
+/** A google.rpc.Status of RESOURCE_EXHAUSTED with a message and `details`. */
+function status(...details: Buffer[]): Buffer {
+  return Buffer.concat([varintField(1, 8n), lengthField(2, Buffer.from('over the quota of tenant a')), ...details]);
+}
+
+test('the retry delay of a quota refusal’s status details', () => {
+  const other = any('type.googleapis.com/google.rpc.ErrorInfo', Buffer.concat([lengthField(1, Buffer.from('QUOTA'))]));
+  assert.equal(retryDelayMs(status(retryInfo(0n, 200_000_000n))), 200);
+  assert.equal(retryDelayMs(status(other, retryInfo(1n, 500_000_000n), other)), 1500);
+  assert.equal(retryDelayMs(status(retryInfo(0n, 1n))), 0.000001);
+  assert.equal(retryDelayMs(status(retryInfo(3n, 0n, 'google.rpc.RetryInfo'))), 3000);
+  // The first RetryInfo counts; an empty one is a delay of 0, as protobuf reads it.
+  assert.equal(retryDelayMs(status(retryInfo(0n, 5_000_000n), retryInfo(9n, 0n))), 5);
+  assert.equal(retryDelayMs(status(any('type.googleapis.com/google.rpc.RetryInfo', Buffer.alloc(0)))), 0);
+
+  // No RetryInfo: none, another detail, a look-alike type, a delay that is negative.
+  assert.equal(retryDelayMs(status()), undefined);
+  assert.equal(retryDelayMs(Buffer.alloc(0)), undefined);
+  assert.equal(retryDelayMs(status(other)), undefined);
+  assert.equal(retryDelayMs(status(retryInfo(1n, 0n, 'type.googleapis.com/xgoogle.rpc.RetryInfo'))), undefined);
+  assert.equal(retryDelayMs(status(retryInfo(-1n, 0n))), undefined);
+  assert.equal(retryDelayMs(status(retryInfo(0n, -5n))), undefined);
+
+  // Garbage is no RetryInfo, never an error.
+  const good = status(other, retryInfo(0n, 200_000_000n));
+  for (let cut = 1; cut < good.length; cut++) {
+    const delay = retryDelayMs(good.subarray(0, cut));
+    assert.ok(delay === undefined || delay === 200, `cut at ${cut}: ${delay}`);
+  }
+  for (const garbage of [[0x0b], [0x80], [0x1a, 0x05, 0x0a], [0x1a, 0x80], [0xff, 0xff, 0xff], [0x1a, 0x02, 0x0a, 0x7f]]) {
+    assert.equal(retryDelayMs(Buffer.from(garbage)), undefined, JSON.stringify(garbage));
+  }
+  assert.equal(retryDelayMs(Buffer.from('not a protobuf message at all, but text')), undefined);
+  let seed = 7;
+  for (let i = 0; i < 1000; i++) {
+    const random = Buffer.from(Array.from({ length: 1 + (i % 40) }, () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) & 0xff));
+    const delay = retryDelayMs(random);
+    assert.ok(delay === undefined || (Number.isFinite(delay) && delay >= 0), `${random.toString('hex')}: ${delay}`);
   }
 });
