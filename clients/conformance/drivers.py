@@ -6,10 +6,11 @@ true|false, "elapsed_ms": ..., ...}`` once the call it stands for has ended, and
 requests concurrently, so a test can have calls waiting while it sends ``close``. The ops
 (every driver has each):
 
-- ``client`` {name, endpoints, timeout_ms?, attempts?, buffer?, sequence_prefetch?, tls?}:
-  makes a client. ``buffer`` is {batch, low_water, max_refills, max_age_ms};
+- ``client`` {name, endpoints, timeout_ms?, attempts?, buffer?, sequence_prefetch?, tls?,
+  token?}: makes a client. ``buffer`` is {batch, low_water, max_refills, max_age_ms};
   ``sequence_prefetch`` the values per sequence its ``next_value`` fetches ahead; ``tls`` is
-  {ca, cert?, key?}, paths of PEM files. A setting the client refuses is the error ``invalid``.
+  {ca, cert?, key?}, paths of PEM files; ``token`` the bearer token its calls carry. A
+  setting the client refuses is the error ``invalid``.
 - ``next_id`` {client, deadline_ms?} and ``batch`` {client, n, deadline_ms?}: one call, with
   the caller's own deadline when given; answer ``ids`` (decimal strings).
 - ``burst`` {client, n}: n concurrent ``next_id`` calls; answer ``results``, each

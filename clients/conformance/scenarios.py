@@ -17,7 +17,7 @@ from typing import Any
 
 from drivers import ROOT, Driver, Reply
 from proxy import DelayProxy
-from servers import Certificates, Server
+from servers import Certificates, Server, TenantFiles
 
 # snowmint's default layout: the worker ID is bits 12 to 21.
 WORKER_SHIFT, WORKER_MASK = 12, (1 << 10) - 1
@@ -371,6 +371,100 @@ def tls(run: Run) -> None:
         certs.close()
 
 
+# Tenant a: 2 IDs a second, 1 at once, so a call right after another waits about 500 ms.
+TENANTS_POLICY = """
+[tenant.a]
+tokens = ["a-1"]
+allow = ["ids"]
+rate = 2
+burst = 1
+
+[tenant.b]
+tokens = ["b-1"]
+allow = ["uuids"]
+"""
+
+# The same, and a tenant known by the suite's client certificate (for a mutual-TLS server).
+TENANTS_POLICY_TLS = (
+    TENANTS_POLICY
+    + """
+[tenant.by-certificate]
+certificates = ["DNS:conformance-client"]
+allow = ["ids"]
+"""
+)
+
+
+def tenants(run: Run) -> None:
+    """Credentials and quota waits: a token on every call; UNAUTHENTICATED and
+    PERMISSION_DENIED as they are, after one call; a quota refusal waited out on the same
+    server, or returned at once when the caller's deadline is nearer than the wait; a buffer
+    that fits the tenant's burst; a bad token refused unshown; a client certificate as a
+    tenant, and a token over it."""
+    files = TenantFiles(["a-1", "b-1"])
+    certs = Certificates()
+    try:
+        server = run.server(21, *files.serve_args(TENANTS_POLICY))
+        other = run.server(22)
+        a = run.client([server.grpc_addr, other.grpc_addr], token=files.token("a-1"))
+        run.expect_ok(run.driver.call("batch", client=a, n=1), "tenant a's first batch(1)")
+        refused = server.requests("BatchIds", "ResourceExhausted")
+        reply = run.driver.call("batch", client=a, n=1)
+        run.expect_ok(reply, "tenant a's batch(1) right after, over its rate")
+        run.expect_time(reply, 250, 500 + 2 * SLACK_MS, "a batch(1) that waits out the quota")
+        run.expect(
+            server.requests("BatchIds", "ResourceExhausted") - refused == 1,
+            f"a quota wait took {server.requests('BatchIds', 'ResourceExhausted') - refused} refusals, not 1",
+        )
+        reply = run.driver.call("batch", client=a, n=1, deadline_ms=100)
+        run.expect_error(reply, "rejected", "RESOURCE_EXHAUSTED", "a 100 ms deadline before a 500 ms wait")
+        run.expect_time(reply, 0, 100 + SLACK_MS, "a refusal returned at once, the wait beyond the deadline")
+        run.expect_ok(run.driver.call("next_id", client=a), "tenant a's next_id(), over its rate")
+        run.expect(other.requests("BatchIds") + other.requests("NextId") == 0, "a quota wait moved to another server")
+        buffered = run.client([server.grpc_addr], token=files.token("a-1"), buffer={})
+        reply = run.driver.call("next_id", client=buffered, deadline_ms=10_000)
+        run.expect_ok(reply, "a buffered next_id() of a tenant with a burst of 1")
+
+        def unauthenticated() -> float:
+            series = server.metrics()
+            return sum(v for k, v in series.items() if k.startswith("snowmint_unauthenticated_calls_total{"))
+
+        before = unauthenticated()
+        for what, options in [("no token", {}), ("an unknown token", {"token": "smt_" + "x" * 43})]:
+            client = run.client([server.grpc_addr, other.grpc_addr], **options)
+            reply = run.driver.call("next_id", client=client)
+            run.expect_error(reply, "rejected", "UNAUTHENTICATED", f"next_id() with {what}")
+        run.expect(unauthenticated() - before == 2, f"2 unauthenticated calls made {unauthenticated() - before}")
+        permission = 'snowmint_tenant_refusals_total{reason="permission",tenant="b"}'
+        before = server.metrics().get(permission, 0.0)
+        b = run.client([server.grpc_addr, other.grpc_addr], token=files.token("b-1"))
+        reply = run.driver.call("batch", client=b, n=5)
+        run.expect_error(reply, "rejected", "PERMISSION_DENIED", "tenant b's batch(5), which it may not call")
+        run.expect(server.metrics().get(permission, 0.0) - before == 1, "a PERMISSION_DENIED was not one call")
+        run.expect(other.requests("BatchIds") == 0, "a refusal of the policy moved to another server")
+
+        for bad in ["two words", "", "x" * 4097, "tab\there"]:
+            reply = run.driver.call("client", name=f"bad{len(bad)}", endpoints=[server.grpc_addr], token=bad)
+            if run.expect_error(reply, "invalid", None, f"a token of {len(bad)} characters that cannot be one"):
+                message = reply["error"].get("message") or ""
+                run.expect(not bad or bad not in message, f"the refusal shows the token: {message!r}")
+
+        mutual = run.server(
+            23, "--tls-cert", str(certs.server), "--tls-key", str(certs.server_key), "--tls-client-ca", str(certs.ca),
+            *files.serve_args(TENANTS_POLICY_TLS),
+        )  # fmt: skip
+        url = f"https://127.0.0.1:{mutual.grpc_addr.rpartition(':')[2]}"
+        tls = {"ca": str(certs.ca), "cert": str(certs.client), "key": str(certs.client_key)}
+        by_certificate = run.client([url], tls=tls)
+        run.expect_ok(run.driver.call("batch", client=by_certificate, n=10), "a tenant known by its certificate")
+        token_over = run.client([url], tls=tls, token=files.token("b-1"))
+        reply = run.driver.call("batch", client=token_over, n=10)
+        run.expect_error(reply, "rejected", "PERMISSION_DENIED", "a token over a certificate: the token's tenant")
+    finally:
+        certs.close()
+        files.close()
+
+
 def vectors(run: Run) -> None:
     """The shared test vectors, decoded and written by the client itself."""
     data = json.loads((ROOT / "clients" / "testdata" / "vectors.json").read_text())
@@ -511,6 +605,7 @@ SCENARIOS: dict[str, Scenario] = {
     "max-batch": max_batch,
     "sequence-prefetch": sequence_prefetch,
     "tls": tls,
+    "tenants": tenants,
     "vectors": vectors,
     "paced": paced,
 }

@@ -1,10 +1,12 @@
 """Real snowmint servers for the suite: the binary from $SNOWMINT_BIN (or the checkout's debug
 build), standalone, on loopback ports, each in its own process group and killed with it when
-the suite ends, whatever the outcome. Also the certificates of a mutual-TLS server."""
+the suite ends, whatever the outcome. Also the certificates of a mutual-TLS server, and a
+tenants' policy with its tokens."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -84,15 +86,19 @@ class Server:
             text=True,
             start_new_session=True,
         )
-        found: queue.Queue[tuple[str, str]] = queue.Queue()
+        found: queue.Queue[tuple[str, str] | None] = queue.Queue()
         threading.Thread(target=self._read_stderr, args=(self._proc, found), daemon=True).start()
         try:
-            self.grpc_addr, self.admin_addr = found.get(timeout=STARTUP_TIMEOUT)
+            addrs = found.get(timeout=STARTUP_TIMEOUT)
         except queue.Empty:
             self.kill()
             raise RuntimeError(f"snowmint did not listen within {STARTUP_TIMEOUT} s:\n{self.logs()}") from None
+        if addrs is None:
+            self.kill()
+            raise RuntimeError(f"snowmint exited before it listened:\n{self.logs()}")
+        self.grpc_addr, self.admin_addr = addrs
 
-    def _read_stderr(self, proc: subprocess.Popen[str], found: queue.Queue[tuple[str, str]]) -> None:
+    def _read_stderr(self, proc: subprocess.Popen[str], found: queue.Queue[tuple[str, str] | None]) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             self._logs.append(line.rstrip())
@@ -102,6 +108,7 @@ class Server:
                 continue
             if isinstance(fields, dict) and "grpc_addr" in fields and "admin_addr" in fields:
                 found.put((fields["grpc_addr"], fields["admin_addr"]))
+        found.put(None)  # The process ended (or closed its stderr): it will not listen now.
 
     def logs(self) -> str:
         return "\n".join(self._logs)
@@ -249,4 +256,35 @@ class Certificates:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-__all__ = ["ROOT", "Certificates", "Server", "binary", "write_refusing_state"]
+class TenantFiles:
+    """Tenants' policies and their token file in a temp dir, with a token made by
+    `snowmint token new` for each of ``token_names``."""
+
+    def __init__(self, token_names: list[str]) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="snowmint-conformance-tenants-"))
+        self.tokens = self.dir / "tokens"
+        self._tokens: dict[str, str] = {}
+        lines = []
+        for name in token_names:
+            made = subprocess.run(
+                [binary(), "token", "new", name], check=True, capture_output=True, text=True, timeout=30
+            ).stdout.splitlines()
+            self._tokens[name] = made[0]
+            lines.append(made[1])
+        self.tokens.write_text("".join(line + "\n" for line in lines))
+        self._policies = itertools.count(1)
+
+    def token(self, name: str) -> str:
+        return self._tokens[name]
+
+    def serve_args(self, policy: str) -> list[str]:
+        """The flags of a server with ``policy`` (written to a file of its own) and the tokens."""
+        path = self.dir / f"policy-{next(self._policies)}.toml"
+        path.write_text(policy)
+        return ["--policy-file", str(path), "--token-file", str(self.tokens)]
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+__all__ = ["ROOT", "Certificates", "Server", "TenantFiles", "binary", "write_refusing_state"]
