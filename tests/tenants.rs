@@ -223,7 +223,7 @@ async fn over_its_quota_a_tenant_is_told_how_long_to_wait_and_then_served() {
     let builder = ServerBuilder::new();
     let policy = "[tenant.slow]\ntokens = [\"slow-1\"]\nallow = [\"ids\"]\nrate = 20\nburst = 40\n";
     let (policy, file) = write_files(builder.dir(), policy, &[("slow-1", &token_value)]);
-    let server =
+    let mut server =
         builder.args(["--policy-file", policy.to_str().unwrap(), "--token-file", file.to_str().unwrap()]).spawn();
     let mut client = server.client().await;
     let batch = |count| with_token(BatchIdsRequest { count, ..Default::default() }, &token_value);
@@ -248,6 +248,13 @@ async fn over_its_quota_a_tenant_is_told_how_long_to_wait_and_then_served() {
     assert_eq!(json["details"][0]["type"], "google.rpc.RetryInfo", "{body}");
     assert!(headers.to_ascii_lowercase().contains("retry-after: "), "{headers}");
     assert_eq!(server.metric("snowmint_tenant_refusals_total{reason=\"quota\",tenant=\"slow\"}").await, 2.0);
+    // Logged with the tenant: the first refusal of a kind, then at most one line in 10 s.
+    let mut lines = server.wait_for_log("a tenant's calls refused", Duration::from_secs(5)).await;
+    lines.extend(server.drain_logs());
+    let refused: Vec<_> = lines.iter().filter(|line| line.contains("a tenant's calls refused")).collect();
+    let quota: Vec<_> = refused.iter().filter(|line| line.contains("\"quota\"")).collect();
+    assert!(quota.len() == 1 && quota[0].contains("\"slow\""), "{refused:?}");
+    assert!(!lines.iter().any(|line| line.contains(&token_value[4..])), "a token in the log");
 }
 
 /// The count of gRPC calls of `method` a server answered with `code`.

@@ -8,17 +8,23 @@
 //! whose buckets live here, one per tenant, carried across reloads.
 //!
 //! The rules ([`Rules`]) are swapped whole on a reload; a call keeps the rules it was
-//! identified under.
+//! identified under. Refusals are counted by tenant and reason, and logged with the tenant:
+//! a kind of refusal at most once every [`LOG_EVERY`], with the count it stands for.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
 use crate::metrics::{CODES, Metrics, TENANT_REFUSALS};
 use crate::minter::Share;
 use crate::tenant::{AuthError, Bucket, Credentials, Need, Refusal, Rules, Short, Tenant, bearer};
+
+/// The most often one kind of refusal (a tenant's, for one reason; a caller's unknown, for
+/// one reason) is logged: a tenant refused a thousand times a second makes one line in this
+/// long, which counts the refusals it stands for.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The gate of a server with a policy.
 pub struct Gate {
@@ -28,6 +34,43 @@ pub struct Gate {
     /// The origin of the buckets' time.
     epoch: Instant,
     metrics: Metrics,
+    refusals: RefusalLog,
+}
+
+/// When each kind of refusal was last logged, and the refusals since: by tenant (`""` for
+/// callers the gate does not know), then by reason. Bounded by the policy's tenants.
+#[derive(Default)]
+struct RefusalLog(Mutex<HashMap<String, HashMap<&'static str, Logged>>>);
+
+/// When a kind of refusal was last logged, and the refusals of it since.
+type Logged = (Instant, u64);
+
+impl RefusalLog {
+    /// Counts a refusal of `who` for `reason` at `now`; `Some(refusals)` when it is to be
+    /// logged (the first of its kind, or the first after [`LOG_EVERY`]), with the refusals
+    /// the line stands for, itself included.
+    fn due(&self, who: &str, reason: &'static str, now: Instant) -> Option<u64> {
+        let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let reasons = match log.get_mut(who) {
+            Some(reasons) => reasons,
+            None => log.entry(who.to_string()).or_default(),
+        };
+        match reasons.get_mut(reason) {
+            Some((last, count)) if now.duration_since(*last) < LOG_EVERY => {
+                *count += 1;
+                None
+            }
+            Some((last, count)) => {
+                let refusals = *count + 1;
+                (*last, *count) = (now, 0);
+                Some(refusals)
+            }
+            None => {
+                reasons.insert(reason, (now, 0));
+                Some(1)
+            }
+        }
+    }
 }
 
 impl Gate {
@@ -37,6 +80,7 @@ impl Gate {
             buckets: Mutex::default(),
             epoch: Instant::now(),
             metrics,
+            refusals: RefusalLog::default(),
         };
         gate.replace(rules);
         Arc::new(gate)
@@ -98,6 +142,9 @@ impl Gate {
                     AuthError::TwoTenants { .. } => "two_tenants",
                 };
                 self.metrics.unauthenticated_calls.with_label_values(&[reason]).inc();
+                if let Some(refusals) = self.refusals.due("", reason, Instant::now()) {
+                    tracing::warn!(reason, refusals, %error, "calls refused UNAUTHENTICATED");
+                }
                 Err(error)
             }
         }
@@ -157,6 +204,13 @@ impl Admitted {
                     Refusal::OverQuota { .. } => "quota",
                 };
                 self.gate.metrics.tenant_refusals.with_label_values(&[name, reason]).inc();
+                if let Some(refusals) = self.gate.refusals.due(name, reason, Instant::now()) {
+                    if reason == "permission" {
+                        tracing::warn!(tenant = name, reason, refusals, error = %refusal, "a tenant's calls refused");
+                    } else {
+                        tracing::info!(tenant = name, reason, refusals, error = %refusal, "a tenant's calls refused");
+                    }
+                }
             }
         }
         result
@@ -203,6 +257,23 @@ mod tests {
 
     fn bearer(token: &str) -> HeaderValue {
         HeaderValue::from_str(&format!("Bearer {token}")).unwrap()
+    }
+
+    #[test]
+    fn each_kind_of_refusal_is_logged_at_most_once_a_period_with_the_count_it_stands_for() {
+        let log = RefusalLog::default();
+        let start = Instant::now();
+        assert_eq!(log.due("a", "quota", start), Some(1));
+        assert_eq!(log.due("a", "quota", start + Duration::from_secs(1)), None);
+        assert_eq!(log.due("a", "quota", start + Duration::from_secs(2)), None);
+        // Another reason, another tenant, the unknown callers: kinds of their own.
+        assert_eq!(log.due("a", "permission", start), Some(1));
+        assert_eq!(log.due("b", "quota", start), Some(1));
+        assert_eq!(log.due("", "missing", start), Some(1));
+        // After the period: one line for the three refusals since the last.
+        assert_eq!(log.due("a", "quota", start + LOG_EVERY), Some(3));
+        assert_eq!(log.due("a", "quota", start + LOG_EVERY + Duration::from_secs(1)), None);
+        assert_eq!(log.due("a", "quota", start + 2 * LOG_EVERY), Some(2));
     }
 
     #[test]
