@@ -246,6 +246,8 @@ async fn over_its_quota_a_tenant_is_told_how_long_to_wait_and_then_served() {
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["code"], "resource_exhausted");
     assert_eq!(json["details"][0]["type"], "google.rpc.RetryInfo", "{body}");
+    let shown = json["details"][0]["debug"]["retryDelay"].as_str().unwrap_or_default();
+    assert!(shown.ends_with('s') && shown.trim_end_matches('s').parse::<f64>().is_ok_and(|s| s > 0.0), "{body}");
     assert!(headers.to_ascii_lowercase().contains("retry-after: "), "{headers}");
     assert_eq!(server.metric("snowmint_tenant_refusals_total{reason=\"quota\",tenant=\"slow\"}").await, 2.0);
     // Logged with the tenant: the first refusal of a kind, then at most one line in 10 s.

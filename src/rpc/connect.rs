@@ -336,6 +336,8 @@ pub fn error_response(error: &ConnectError) -> http::Response<Bytes> {
         kind: &'static str,
         /// The detail's protobuf message, base64 without padding.
         value: String,
+        /// The same message in its JSON form, for people reading the error.
+        debug: serde_json::Value,
     }
     #[derive(Serialize)]
     struct Body<'a> {
@@ -353,6 +355,7 @@ pub fn error_response(error: &ConnectError) -> http::Response<Bytes> {
             Detail {
                 kind: "google.rpc.RetryInfo",
                 value: base64::engine::general_purpose::STANDARD_NO_PAD.encode(delay.encode_to_vec()),
+                debug: serde_json::json!({ "retryDelay": duration_json(wait) }),
             }
         })
         .into_iter()
@@ -377,6 +380,17 @@ pub fn error_response(error: &ConnectError) -> http::Response<Bytes> {
     response
 }
 
+/// A wait in protobuf's JSON form of a `Duration`: seconds with 0, 3, 6 or 9 decimals and `s`.
+fn duration_json(wait: std::time::Duration) -> String {
+    let (seconds, nanos) = (wait.as_secs(), wait.subsec_nanos());
+    match nanos {
+        0 => format!("{seconds}s"),
+        n if n % 1_000_000 == 0 => format!("{seconds}.{:03}s", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{seconds}.{:06}s", n / 1_000),
+        n => format!("{seconds}.{n:09}s"),
+    }
+}
+
 /// A wait as protobuf's `Duration`.
 fn prost_types_duration(wait: std::time::Duration) -> prost_types::Duration {
     prost_types::Duration { seconds: wait.as_secs() as i64, nanos: wait.subsec_nanos() as i32 }
@@ -385,6 +399,15 @@ fn prost_types_duration(wait: std::time::Duration) -> prost_types::Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_is_written_as_protobufs_json_duration() {
+        let cases = [(0, "0s"), (2_000_000_000, "2s"), (200_000_000, "0.200s"), (1_500_000, "0.001500s")];
+        for (nanos, text) in cases {
+            assert_eq!(duration_json(std::time::Duration::from_nanos(nanos)), text);
+        }
+        assert_eq!(duration_json(std::time::Duration::new(3, 7)), "3.000000007s");
+    }
 
     #[test]
     fn every_code_has_the_protocols_name_and_status() {
