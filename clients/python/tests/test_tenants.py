@@ -20,7 +20,7 @@ import grpc
 import pytest
 from conftest import Server, StartServer, write_refusing_state
 
-from snowmint_client import AsyncClient, Client, ClientClosedError
+from snowmint_client import AsyncClient, Client, ClientClosedError, quota_delay
 
 T = TypeVar("T")
 
@@ -272,8 +272,13 @@ def test_a_quota_wait_the_call_cannot_use_ends_it_at_once(
     # No attempt left: the same.
     single = connect([server.grpc_addr], token=tenants.tokens["slow"], attempts=1)
     start = time.monotonic()
-    assert refused(lambda: single.batch(1)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(grpc.RpcError) as error:
+        single.batch(1)
     assert time.monotonic() - start < 0.5
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # The caller can read how long to wait.
+    delay = quota_delay(error.value)
+    assert delay is not None and 0 < delay <= 1.0, delay
 
 
 def test_a_quota_wait_stays_on_the_same_endpoint(start_server: StartServer, tenants: Tenants, connect: Connect) -> None:

@@ -37,7 +37,7 @@ from ._layout import (
 from ._opaque import OpaqueId, OpaqueIdError
 from ._prefetch import MAX_SEQUENCE_PREFETCH
 from ._uuid import DecodedUuid, UuidDecodeError, format_uuid, parse_uuid
-from ._wire import WireError
+from ._wire import WireError, quota_delay
 
 __all__ = [
     "DEFAULT_EPOCH_MS",
@@ -64,4 +64,5 @@ __all__ = [
     "decode_uuid",
     "format_uuid",
     "parse_uuid",
+    "quota_delay",
 ]
