@@ -2,7 +2,8 @@
 //! anything wrong stops it, then read again every second and at SIGHUP. A change that reads
 //! whole is put in force at once, for calls on connections already open too (a token removed
 //! from the file stops working within a second); one that does not is logged with its file
-//! and line, counted, and changes nothing: the rules in force stay.
+//! and line, counted, and changes nothing: the rules in force stay. Each fault is logged and
+//! counted once (again at SIGHUP), not every second while it lasts.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,7 +62,9 @@ impl TenantFiles {
         let tokens = texts.tokens.as_deref().map_or(0, |t| TokenFile::parse(t).map_or(0, |f| f.len()));
         tracing::info!(policy = %self.policy.display(), tenants, tokens, "tenants' policy in force");
         let gate = Gate::new(rules, metrics.clone());
-        Ok((gate.clone(), Reloader { files: self.clone(), gate, texts, metrics: metrics.clone() }))
+        let reloader =
+            Reloader { files: self.clone(), gate: gate.clone(), texts, unreadable: None, metrics: metrics.clone() };
+        Ok((gate, reloader))
     }
 }
 
@@ -70,6 +73,8 @@ pub struct Reloader {
     files: TenantFiles,
     gate: Arc<Gate>,
     texts: Texts,
+    /// Why the files could not be read at the last try, if they could not.
+    unreadable: Option<String>,
     metrics: Metrics,
 }
 
@@ -91,8 +96,18 @@ impl Reloader {
 
     fn reload(&mut self, asked: bool) {
         let texts = match self.files.texts() {
-            Ok(texts) => texts,
-            Err(error) => return self.failed(&error),
+            Ok(texts) => {
+                self.unreadable = None;
+                texts
+            }
+            Err(error) => {
+                // Logged once per fault (and at each SIGHUP), not every second it lasts.
+                if asked || self.unreadable.as_ref() != Some(&error) {
+                    self.failed(&error);
+                }
+                self.unreadable = Some(error);
+                return;
+            }
         };
         if texts == self.texts && !asked {
             return;
@@ -117,5 +132,35 @@ impl Reloader {
     fn failed(&self, error: &str) {
         self.metrics.tenant_reloads.with_label_values(&[RESULT_FAILED]).inc();
         tracing::error!(%error, "the tenants' files were not reloaded: the rules in force stay");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_file_is_counted_once_per_fault_and_at_each_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, "[tenant.a]\ncertificates = [\"CN=a\"]\nallow = [\"ids\"]\n").unwrap();
+        let files = TenantFiles { policy: policy.clone(), tokens: None, reload: Arc::default() };
+        let metrics = Metrics::new();
+        let (_gate, mut reloader) = files.load(&metrics).unwrap();
+        let failed = || metrics.tenant_reloads.with_label_values(&[RESULT_FAILED]).get();
+
+        std::fs::remove_file(&policy).unwrap();
+        for _ in 0..5 {
+            reloader.reload(false);
+        }
+        assert_eq!(failed(), 1, "one fault, counted once");
+        reloader.reload(true);
+        assert_eq!(failed(), 2, "a SIGHUP says it again");
+        std::fs::write(&policy, "[tenant.a]\ncertificates = [\"CN=b\"]\nallow = [\"ids\"]\n").unwrap();
+        reloader.reload(false);
+        assert_eq!(metrics.tenant_reloads.with_label_values(&[RESULT_OK]).get(), 1);
+        std::fs::remove_file(&policy).unwrap();
+        reloader.reload(false);
+        assert_eq!(failed(), 3, "a fault after a good read is a new one");
     }
 }
