@@ -306,6 +306,11 @@ allow = ["uuids"]
     assert!(started.elapsed() < Duration::from_millis(60), "{refused:?} after {:?}", started.elapsed());
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert!(refused.retry_delay().is_some() && refused.is_retriable(), "{refused:?}");
+    // The same through the shared next_id() call, which carries its callers' deadline.
+    let started = Instant::now();
+    let refused = minter.next_id_within(Duration::from_millis(60)).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(60), "{refused:?} after {:?}", started.elapsed());
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     // The shared next_id() and UUIDs wait the same way.
     minter.next_id().await.unwrap();
     minter.next_uuid().await.unwrap();

@@ -419,6 +419,8 @@ def tenants(run: Run) -> None:
         reply = run.driver.call("batch", client=a, n=1, deadline_ms=100)
         run.expect_error(reply, "rejected", "RESOURCE_EXHAUSTED", "a 100 ms deadline before a 500 ms wait")
         run.expect_time(reply, 0, 100 + SLACK_MS, "a refusal returned at once, the wait beyond the deadline")
+        reply = run.driver.call("next_id", client=a, deadline_ms=100)
+        run.expect_error(reply, "rejected", "RESOURCE_EXHAUSTED", "next_id() with a 100 ms deadline before the wait")
         run.expect_ok(run.driver.call("next_id", client=a), "tenant a's next_id(), over its rate")
         run.expect(other.requests("BatchIds") + other.requests("NextId") == 0, "a quota wait moved to another server")
         buffered = run.client([server.grpc_addr], token=files.token("a-1"), buffer={})

@@ -181,7 +181,7 @@ impl Client {
         // The caller's deadline bounds the whole wait, its place in a full queue included.
         let shared = async {
             let (tx, rx) = oneshot::channel();
-            inner.coalescer.send(tx).await.map_err(|_| ClientError::Closed)?;
+            inner.coalescer.send(Waiter { tx, deadline }).await.map_err(|_| ClientError::Closed)?;
             rx.await.map_err(|_| ClientError::Closed)?
         };
         let bounded = async {
