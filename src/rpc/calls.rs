@@ -32,7 +32,7 @@ use tonic::server::NamedService;
 use tower_service::Service;
 
 use super::context::CallContext;
-use super::gate::Admitted;
+use super::gate::TenantState;
 use crate::metrics::{CallMetrics, MethodMetrics, Metrics, PROTOCOL_GRPC};
 
 /// A gRPC service whose every call is counted by method and final code, and timed.
@@ -88,7 +88,7 @@ where
 pub struct Call {
     method: Arc<MethodMetrics>,
     /// The caller's tenant, with a policy: its calls are counted by code too.
-    tenant: Option<Admitted>,
+    tenant: Option<Arc<TenantState>>,
     start: Instant,
     done: bool,
     /// The end of the call's limit, from its context.
@@ -101,7 +101,7 @@ impl Call {
     pub fn start(method: Arc<MethodMetrics>, context: Option<&CallContext>) -> Call {
         // Timed from the call's arrival at the front door, where it has one.
         let start = context.map_or_else(Instant::now, |c| c.arrived);
-        let tenant = context.and_then(|c| c.tenant.clone());
+        let tenant = context.and_then(|c| c.tenant.as_ref()).map(|t| t.state().clone());
         Call { method, tenant, start, done: false, deadline: context.map(|c| c.arrived + c.limit) }
     }
 

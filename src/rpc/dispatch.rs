@@ -53,17 +53,20 @@ struct Head {
     path: Path,
     /// The caller's timeout; `Err` for a Connect timeout header that cannot be read.
     caller: Result<Option<Duration>, String>,
-    /// The `authorization` header, when there is one.
+    /// The `authorization` header, when there is one and a gate to read it.
     authorization: Option<http::HeaderValue>,
 }
 
 impl Head {
-    fn of<B>(request: &Request<B>) -> Head {
+    /// The head of `request`; its `authorization` kept only when `gated` (a policy reads it).
+    fn of<B>(request: &Request<B>, gated: bool) -> Head {
         let (mut grpc, mut plain, mut compressed) = (false, false, false);
         let (mut grpc_timeout, mut connect_timeout, mut authorization) = (None, None, None);
         for (name, value) in request.headers() {
             if name == header::AUTHORIZATION {
-                authorization = Some(value.clone());
+                if gated {
+                    authorization = Some(value.clone());
+                }
             } else if name == header::CONTENT_TYPE {
                 let bytes = value.as_bytes();
                 grpc = bytes.starts_with(b"application/grpc");
@@ -134,7 +137,7 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
     type Future = Answering;
 
     fn call(&self, mut request: Request<Incoming>) -> Answering {
-        let head = Head::of(&request);
+        let mut head = Head::of(&request, self.paths.gate.is_some());
         let (caller, bad_timeout) = match head.caller {
             Ok(caller) => (caller, None),
             Err(bad) => (None, Some(bad)),
@@ -144,7 +147,7 @@ impl<C: Clone + Send + Sync + 'static> hyper::service::Service<Request<Incoming>
         if let Some(gate) = &self.paths.gate
             && !request.uri().path().starts_with(HEALTH)
         {
-            match gate.identify(head.authorization.as_ref(), &self.certificate) {
+            match gate.identify(head.authorization.take(), &self.certificate) {
                 Ok(tenant) => context.tenant = Some(tenant),
                 Err(error) => {
                     let message = error.to_string();
@@ -301,10 +304,14 @@ mod tests {
             (request(h2, "application/proto", batch, &[("connect-timeout-ms", "x")]), Path::Connect, Err(())),
         ];
         for (request, path, caller) in cases {
-            let head = Head::of(&request);
+            let head = Head::of(&request, false);
             assert_eq!(head.path, path, "{request:?}");
             let caller_ms = head.caller.map(|c| c.map(|d| d.as_millis() as u64)).map_err(|_| ());
             assert_eq!(caller_ms, caller, "{request:?}");
         }
+        // The authorization header is kept only for a gate to read.
+        let signed = request(h2, "application/grpc", next, &[("authorization", "Bearer smt_x")]);
+        assert_eq!(Head::of(&signed, true).authorization.unwrap(), "Bearer smt_x");
+        assert!(Head::of(&signed, false).authorization.is_none());
     }
 }

@@ -4,18 +4,21 @@
 //! call's caller is, from its bearer token or its connection's client certificate, and
 //! refuses a caller it does not know (`UNAUTHENTICATED`) before any path runs. A known one is
 //! carried in the call's context as [`Admitted`]; each call of the service then asks it for
-//! what the call needs ([`Admitted::admit`]): its permissions, its `max_batch`, and its quota,
-//! whose buckets live here, one per tenant, carried across reloads.
+//! what the call needs ([`Admitted::admit`]): its permissions, its `max_batch`, and its quota.
 //!
-//! The rules ([`Rules`]) are swapped whole on a reload; a call keeps the rules it was
-//! identified under. Refusals are counted by tenant and reason, and logged with the tenant:
-//! a kind of refusal at most once every [`LOG_EVERY`], with the count it stands for.
+//! The rules ([`Rules`]) are swapped whole on a reload, each tenant's state beside them
+//! ([`TenantState`]: its series, looked up once per policy rather than on every call, and its
+//! quota's bucket, one per tenant name, shared by the policies before and after a reload so
+//! that a reload neither refills nor splits it); a call keeps the rules it was identified
+//! under. Refusals are counted by tenant and reason, and logged with the tenant: a kind of
+//! refusal at most once every [`LOG_EVERY`], with the count it stands for.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use http::HeaderValue;
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use crate::metrics::{CODES, Metrics, TENANT_REFUSALS};
 use crate::minter::Share;
@@ -28,13 +31,41 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The gate of a server with a policy.
 pub struct Gate {
-    rules: RwLock<Arc<Rules>>,
-    /// Each tenant's quota bucket, by name, made at its first call.
-    buckets: Mutex<HashMap<String, Bucket>>,
+    in_force: RwLock<Arc<InForce>>,
     /// The origin of the buckets' time.
     epoch: Instant,
     metrics: Metrics,
     refusals: RefusalLog,
+}
+
+/// The rules in force, and each of their tenants' state, by the same index.
+struct InForce {
+    rules: Arc<Rules>,
+    tenants: Vec<Arc<TenantState>>,
+}
+
+/// What the calls of one tenant touch, made once per policy.
+pub struct TenantState {
+    ids: IntCounter,
+    /// By reason, in the order of [`TENANT_REFUSALS`].
+    refusals: [IntCounter; TENANT_REFUSALS.len()],
+    quota_available: IntGauge,
+    /// Calls by code (of [`CODES`]), each series made at the tenant's first call with that
+    /// code, so a tenant shows the codes its calls got.
+    calls: [OnceLock<IntCounter>; CODES.len()],
+    calls_by_code: IntCounterVec,
+    name: String,
+    /// With a quota: its bucket, shared with the policies before by the tenant's name.
+    bucket: Option<Arc<Mutex<Bucket>>>,
+}
+
+impl TenantState {
+    /// Counts one call of the tenant answered with `code`.
+    pub fn answered(&self, code: tonic::Code) {
+        // Codes are numbered 0 to 16, as `CODES` is indexed (tonic reads any other as Unknown).
+        let code = code as usize;
+        self.calls[code].get_or_init(|| self.calls_by_code.with_label_values(&[&self.name, CODES[code]])).inc();
+    }
 }
 
 /// When each kind of refusal was last logged, and the refusals since: by tenant (`""` for
@@ -75,9 +106,9 @@ impl RefusalLog {
 
 impl Gate {
     pub fn new(rules: Rules, metrics: Metrics) -> Arc<Gate> {
+        let none = InForce { rules: Arc::new(Rules::default()), tenants: Vec::new() };
         let gate = Gate {
-            rules: RwLock::new(Arc::new(Rules::default())),
-            buckets: Mutex::default(),
+            in_force: RwLock::new(Arc::new(none)),
             epoch: Instant::now(),
             metrics,
             refusals: RefusalLog::default(),
@@ -86,53 +117,70 @@ impl Gate {
         Arc::new(gate)
     }
 
-    /// The rules in force.
-    pub fn rules(&self) -> Arc<Rules> {
-        self.rules.read().unwrap_or_else(PoisonError::into_inner).clone()
+    fn in_force(&self) -> Arc<InForce> {
+        self.in_force.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Puts `rules` in force, for calls identified from now on: buckets keep what they hold
-    /// under a changed quota, and every tenant's series are shown from now on.
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.in_force().rules.clone()
+    }
+
+    /// Puts `rules` in force, for calls identified from now on: each tenant keeps its bucket
+    /// (and what it holds) under a changed quota, and every tenant's series are shown from now
+    /// on.
     pub fn replace(&self, rules: Rules) {
         let now = self.epoch.elapsed();
-        {
-            let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-            for tenant in rules.policy().tenants() {
+        let before = self.in_force();
+        let buckets: HashMap<&str, &Arc<Mutex<Bucket>>> =
+            before.tenants.iter().filter_map(|t| Some((t.name.as_str(), t.bucket.as_ref()?))).collect();
+        let metrics = &self.metrics;
+        let tenants = rules
+            .policy()
+            .tenants()
+            .iter()
+            .map(|tenant| {
                 let name = tenant.name.as_str();
-                self.metrics.tenant_ids.with_label_values(&[name]);
-                self.metrics.tenant_calls.with_label_values(&[name, CODES[0]]);
-                for reason in TENANT_REFUSALS {
-                    self.metrics.tenant_refusals.with_label_values(&[name, reason]);
-                }
-                match (tenant.quota, buckets.get_mut(name)) {
-                    (Some(quota), Some(bucket)) => bucket.requota(quota, now),
-                    (Some(quota), None) => {
-                        buckets.insert(tenant.name.clone(), Bucket::new(quota, now));
+                let bucket = tenant.quota.map(|quota| match buckets.get(name) {
+                    Some(&bucket) => {
+                        bucket.lock().unwrap_or_else(PoisonError::into_inner).requota(quota, now);
+                        bucket.clone()
                     }
-                    (None, _) => {
-                        buckets.remove(name);
-                    }
+                    None => Arc::new(Mutex::new(Bucket::new(quota, now))),
+                });
+                let state = TenantState {
+                    ids: metrics.tenant_ids.with_label_values(&[name]),
+                    refusals: TENANT_REFUSALS.map(|reason| metrics.tenant_refusals.with_label_values(&[name, reason])),
+                    quota_available: metrics.tenant_quota_available.with_label_values(&[name]),
+                    calls: Default::default(),
+                    calls_by_code: metrics.tenant_calls.clone(),
+                    name: tenant.name.clone(),
+                    bucket,
+                };
+                // Shown from the start: a tenant's OK calls, and its quota's level.
+                state.calls[0].get_or_init(|| metrics.tenant_calls.with_label_values(&[name, CODES[0]]));
+                if let Some(bucket) = &state.bucket {
+                    let available = bucket.lock().unwrap_or_else(PoisonError::into_inner).available(now);
+                    state.quota_available.set(available as i64);
                 }
-                if let Some(quota) = tenant.quota {
-                    let available = buckets.get_mut(name).map_or(quota.burst, |b| b.available(now));
-                    self.metrics.tenant_quota_available.with_label_values(&[name]).set(available as i64);
-                }
-            }
-        }
-        *self.rules.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(rules);
+                Arc::new(state)
+            })
+            .collect();
+        let in_force = InForce { rules: Arc::new(rules), tenants };
+        *self.in_force.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(in_force);
     }
 
     /// Who sent a call with this `authorization` header (if any) on a connection whose client
     /// certificate has these names, or why no tenant: counted by reason.
     pub fn identify(
         self: &Arc<Self>,
-        authorization: Option<&HeaderValue>,
+        authorization: Option<HeaderValue>,
         certificate: &[String],
     ) -> Result<Admitted, AuthError> {
-        let rules = self.rules();
-        let credentials = Credentials { bearer: authorization.map(|v| bearer(v.as_bytes())), certificate };
-        match rules.identify(credentials) {
-            Ok(tenant) => Ok(Admitted { gate: self.clone(), rules, tenant, authorization: authorization.cloned() }),
+        let in_force = self.in_force();
+        let credentials = Credentials { bearer: authorization.as_ref().map(|v| bearer(v.as_bytes())), certificate };
+        match in_force.rules.identify(credentials) {
+            Ok(tenant) => Ok(Admitted { gate: self.clone(), in_force, tenant, authorization }),
             Err(error) => {
                 let reason = match error {
                     AuthError::Missing => "missing",
@@ -155,7 +203,7 @@ impl Gate {
 #[derive(Clone)]
 pub struct Admitted {
     gate: Arc<Gate>,
-    rules: Arc<Rules>,
+    in_force: Arc<InForce>,
     tenant: usize,
     /// The header the caller was known by, for a call forwarded to another instance.
     authorization: Option<HeaderValue>,
@@ -169,7 +217,12 @@ impl std::fmt::Debug for Admitted {
 
 impl Admitted {
     pub fn tenant(&self) -> &Tenant {
-        &self.rules.policy().tenants()[self.tenant]
+        &self.in_force.rules.policy().tenants()[self.tenant]
+    }
+
+    /// The tenant's state: what its calls are counted in.
+    pub fn state(&self) -> &Arc<TenantState> {
+        &self.in_force.tenants[self.tenant]
     }
 
     /// The tenant's share of a busy minter: its name, hashed (the same across reloads), and
@@ -192,10 +245,10 @@ impl Admitted {
     /// Lets a call through that needs `needs` and takes `count` IDs (UUIDs, values; 0 for a
     /// call that takes none), or says why not: permissions, then `max_batch`, then the quota.
     pub fn admit(&self, needs: &[Need<'_>], count: u64) -> Result<(), Refusal> {
-        let result = self.rules.check(self.tenant, needs, count).and_then(|()| self.take(count));
-        let name = self.tenant().name.as_str();
+        let result = self.in_force.rules.check(self.tenant, needs, count).and_then(|()| self.take(count));
+        let state = self.state();
         match &result {
-            Ok(()) => self.gate.metrics.tenant_ids.with_label_values(&[name]).inc_by(count),
+            Ok(()) => state.ids.inc_by(count),
             Err(refusal) => {
                 let reason = match refusal {
                     Refusal::Denied { .. } => "permission",
@@ -203,7 +256,10 @@ impl Admitted {
                     Refusal::OverBurst { .. } => "burst",
                     Refusal::OverQuota { .. } => "quota",
                 };
-                self.gate.metrics.tenant_refusals.with_label_values(&[name, reason]).inc();
+                if let Some(i) = TENANT_REFUSALS.iter().position(|r| *r == reason) {
+                    state.refusals[i].inc();
+                }
+                let name = state.name.as_str();
                 if let Some(refusals) = self.gate.refusals.due(name, reason, Instant::now()) {
                     if reason == "permission" {
                         tracing::warn!(tenant = name, reason, refusals, error = %refusal, "a tenant's calls refused");
@@ -216,30 +272,23 @@ impl Admitted {
         result
     }
 
-    /// Counts one call of the tenant answered with `code`.
-    pub fn answered(&self, code: tonic::Code) {
-        // Codes are numbered 0 to 16, as `CODES` is indexed (tonic reads any other as Unknown).
-        let code = CODES[code as usize];
-        self.gate.metrics.tenant_calls.with_label_values(&[self.tenant().name.as_str(), code]).inc();
-    }
-
     /// Takes `count` from the tenant's bucket, if it has a quota.
     fn take(&self, count: u64) -> Result<(), Refusal> {
-        let tenant = self.tenant();
-        let Some(quota) = tenant.quota else { return Ok(()) };
+        let state = self.state();
+        let (Some(bucket), Some(quota)) = (&state.bucket, self.tenant().quota) else { return Ok(()) };
         if count == 0 {
             return Ok(());
         }
         let now = self.gate.epoch.elapsed();
-        let mut buckets = self.gate.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        let bucket = buckets.entry(tenant.name.clone()).or_insert_with(|| Bucket::new(quota, now));
-        let taken = bucket.take(count, now);
-        let available = bucket.available(now);
-        drop(buckets);
-        self.gate.metrics.tenant_quota_available.with_label_values(&[tenant.name.as_str()]).set(available as i64);
+        let mut held = bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = held.take(count, now);
+        let available = held.available(now);
+        drop(held);
+        state.quota_available.set(available as i64);
+        let tenant = &state.name;
         taken.map_err(|short| match short {
-            Short::Wait(wait) => Refusal::OverQuota { tenant: tenant.name.clone(), rate: quota.rate, wait },
-            Short::OverBurst { burst } => Refusal::OverBurst { tenant: tenant.name.clone(), asked: count, burst },
+            Short::Wait(wait) => Refusal::OverQuota { tenant: tenant.clone(), rate: quota.rate, wait },
+            Short::OverBurst { burst } => Refusal::OverBurst { tenant: tenant.clone(), asked: count, burst },
         })
     }
 }
@@ -277,10 +326,30 @@ mod tests {
     }
 
     #[test]
+    fn calls_identified_before_and_after_a_reload_take_from_one_bucket() {
+        let policy = "[tenant.a]\ntokens = [\"ta\"]\nallow = [\"ids\"]\nrate = 1\nburst = 10\n";
+        let gate = gate(policy, &[("ta", "smt_a")]);
+        let before = gate.identify(Some(bearer("smt_a")), &[]).unwrap();
+        let text = token::line("ta", "smt_a");
+        gate.replace(Rules::new(Policy::parse(policy).unwrap(), TokenFile::parse(&text).unwrap()).unwrap());
+        let after = gate.identify(Some(bearer("smt_a")), &[]).unwrap();
+        assert_eq!(before.admit(&[Need::Ids], 6), Ok(()));
+        assert!(matches!(after.admit(&[Need::Ids], 6), Err(Refusal::OverQuota { .. })));
+        assert_eq!(after.admit(&[Need::Ids], 4), Ok(()));
+        assert!(matches!(before.admit(&[Need::Ids], 1), Err(Refusal::OverQuota { .. })));
+        // Each counted in the one tenant's series.
+        assert_eq!(gate.metrics.tenant_ids.with_label_values(&["a"]).get(), 10);
+        before.state().answered(tonic::Code::Ok);
+        after.state().answered(tonic::Code::ResourceExhausted);
+        let calls = |code| gate.metrics.tenant_calls.with_label_values(&["a", code]).get();
+        assert_eq!((calls("OK"), calls("ResourceExhausted")), (1, 1));
+    }
+
+    #[test]
     fn a_quota_is_kept_across_calls_and_reloads_and_counted() {
         let policy = "[tenant.a]\ntokens = [\"ta\"]\nallow = [\"ids\"]\nrate = 1\nburst = 10\n";
         let gate = gate(policy, &[("ta", "smt_a")]);
-        let a = gate.identify(Some(&bearer("smt_a")), &[]).unwrap();
+        let a = gate.identify(Some(bearer("smt_a")), &[]).unwrap();
         assert_eq!(a.admit(&[Need::Ids], 10), Ok(()));
         assert!(matches!(a.admit(&[Need::Ids], 1), Err(Refusal::OverQuota { .. })));
         assert!(matches!(a.admit(&[Need::Ids], 11), Err(Refusal::OverBurst { burst: 10, .. })));
@@ -289,13 +358,13 @@ mod tests {
         let text = token::line("ta", "smt_a");
         let raised = policy.replace("burst = 10", "burst = 20");
         gate.replace(Rules::new(Policy::parse(&raised).unwrap(), TokenFile::parse(&text).unwrap()).unwrap());
-        let again = gate.identify(Some(&bearer("smt_a")), &[]).unwrap();
+        let again = gate.identify(Some(bearer("smt_a")), &[]).unwrap();
         assert!(matches!(again.admit(&[Need::Ids], 5), Err(Refusal::OverQuota { .. })));
         let metrics = &gate.metrics;
         assert_eq!(metrics.tenant_ids.with_label_values(&["a"]).get(), 10);
         assert_eq!(metrics.tenant_refusals.with_label_values(&["a", "quota"]).get(), 2);
         assert_eq!(metrics.tenant_refusals.with_label_values(&["a", "permission"]).get(), 1);
-        assert!(gate.identify(Some(&bearer("smt_b")), &[]).is_err());
+        assert!(gate.identify(Some(bearer("smt_b")), &[]).is_err());
         assert_eq!(metrics.unauthenticated_calls.with_label_values(&["unknown_token"]).get(), 1);
     }
 }
