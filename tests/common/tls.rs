@@ -43,14 +43,7 @@ impl TestCa {
         let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let files =
-            CertFiles { cert: self.dir.join(format!("{name}.pem")), key: self.dir.join(format!("{name}-key.pem")) };
-        std::fs::write(&files.cert, cert.pem()).unwrap();
-        std::fs::write(&files.key, key.serialize_pem()).unwrap();
-        files
+        self.sign(name, params)
     }
 
     /// A client certificate for `name` (its common name) with the DNS names `dns` and the URI
@@ -66,6 +59,12 @@ impl TestCa {
             params.not_after = rcgen::date_time_ymd(2020, 1, 1);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(name, params)
+    }
+
+    /// A leaf of `params` (with a new key) signed by this CA, written as `name.pem` and
+    /// `name-key.pem`.
+    fn sign(&self, name: &str, mut params: CertificateParams) -> CertFiles {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
