@@ -20,15 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-duration=5
-rounds=3
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --duration) duration=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: scripts/measure/bench-sequences.sh [--duration SECONDS] [--rounds N]" >&2; exit 2 ;;
-  esac
-done
+. scripts/measure/lib.sh
+measure_args "$@"
 
 ensure_apt() { # COMMAND PACKAGE
   if ! command -v "$1" >/dev/null 2>&1 && [ ! -x "$1" ]; then
@@ -51,7 +44,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # snowmint, standalone, making the sequence on its first call.
 grpc_port=$(free_port)
@@ -93,7 +85,6 @@ for _ in $(seq 100); do
 done
 
 bench() { "$bin" bench --addr "http://127.0.0.1:$grpc_port" --duration "$duration" "$@"; }
-field() { awk -v f="$1" '$1 == f { print $2 }' "$2"; }
 pgbench_tps() { # SCRIPT CLIENTS
   "$pgbin/pgbench" -h 127.0.0.1 -p "$pg_port" -U postgres -n -c "$2" -j 2 -T "$duration" -f "$1" postgres 2>/dev/null |
     awk '/^tps = / { print $3 }'
@@ -105,7 +96,6 @@ redis_rps() { # CLIENTS COMMAND...
   redis-benchmark -p "$redis_port" -c "$clients" -n $((duration * 100000)) --csv "$@" 2>/dev/null |
     tail -n 1 | cut -d, -f2 | tr -d '"'
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 declare -A runs
 for round in $(seq "$rounds"); do

@@ -13,15 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-duration=5
-rounds=3
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --duration) duration=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: scripts/measure/bench-uuids.sh [--duration SECONDS] [--rounds N]" >&2; exit 2 ;;
-  esac
-done
+. scripts/measure/lib.sh
+measure_args "$@"
 
 cargo build --release --locked -q
 bin=target/release/snowmint
@@ -33,7 +26,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 grpc_port=$(free_port)
 admin_port=$(free_port)
 "$bin" serve --listen "127.0.0.1:$grpc_port" --admin-listen "127.0.0.1:$admin_port" \
@@ -45,9 +37,7 @@ for _ in $(seq 100); do
 done
 
 bench() { "$bin" bench --addr "http://127.0.0.1:$grpc_port" --duration "$duration" "$@"; }
-field() { awk -v f="$1" '$1 == f { print $2 }' "$2"; }
 latency_ms() { python3 scripts/measure/latency_ms.py "$1" "$2"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 declare -A runs
 for round in $(seq "$rounds"); do
